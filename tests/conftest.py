@@ -1,0 +1,52 @@
+"""Shared fixtures: the real LLVM tools the differential tests compare against.
+
+A missing tool is a test *failure*, never a skip: the README's set-up command installs them all.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+LLVM19_BIN = Path(os.environ.get("OFFLOAD_LLVM19_BIN", "/usr/lib/llvm-19/bin"))
+LLVM22_BIN = Path(os.environ.get("OFFLOAD_LLVM22_BIN", "/usr/lib/llvm-22/bin"))
+CUDA_BIN = Path(os.environ.get("OFFLOAD_CUDA_BIN", "/usr/local/cuda/bin"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _require(path: Path) -> Path:
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"required tool {path} is missing: run the README's test command, which installs it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def llvm19():
+    """Return a function mapping a tool name (e.g. 'clang-offload-bundler') to its LLVM 19 path."""
+    return lambda name: _require(LLVM19_BIN / name)
+
+
+@pytest.fixture(scope="session")
+def llvm22():
+    """Return a function mapping a tool name to its LLVM 22 path (compile and format tools only)."""
+    return lambda name: _require(LLVM22_BIN / name)
+
+
+@pytest.fixture(scope="session")
+def cuda():
+    """Return a function mapping a CUDA tool name ('ptxas', 'nvlink', 'fatbinary') to its path."""
+    return lambda name: _require(CUDA_BIN / name)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+def which_or_fail(name: str) -> str:
+    found = shutil.which(name)
+    if not found:
+        pytest.fail(f"required program {name!r} is not on PATH")
+    return found
