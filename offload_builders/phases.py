@@ -1,0 +1,291 @@
+"""The phase model: Clang's OpenMP offload compile, split into one command per phase.
+
+For a source S and targets T the monolithic driver runs, inside one process:
+
+* host front end: S -> host bitcode (once, whatever T is);
+* device compile, one per target ID: (S, host bitcode) -> device code, via ``-fopenmp-host-ir-file-path``;
+* assemble (NVPTX only): PTX -> cubin with ``ptxas``;
+* package: all device outputs -> one offload binary (``clang-offload-packager``);
+* embed: (host bitcode, package) -> the fat object with its ``.llvm.offloading`` section.
+
+We do not re-invent those command lines: :class:`PhaseModel` asks the installed driver (``clang -###``)
+once per configuration, classifies the jobs it prints, and turns each into a :class:`CommandTemplate`
+whose input and output paths are named slots. So our per-phase commands are exactly the driver's own
+``-cc1`` jobs, and they stay right when the driver changes its flags.
+
+Two facts make per-target build nodes possible, and the tests check both against the real driver:
+
+* the host bitcode does not depend on which device triples ``-fopenmp-targets`` lists, so the host
+  front end gets one fixed list (:data:`HOST_OFFLOAD_TRIPLES`) and adding a target never re-runs it;
+* the device job of one target does not depend on the other targets, so each target is probed alone.
+
+This module has no SCons imports; the SCons tool and the CLIs are thin layers over it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from offload_builders.errors import ToolchainError
+from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
+from offload_builders.toolchain import Toolchain
+
+#: The device triples every host compile declares. Host IR is identical for any non-empty list,
+#: so a fixed list keeps the host front end's command (and its cache key) independent of $OFFLOAD_ARCHS.
+HOST_OFFLOAD_TRIPLES: tuple[str, ...] = (AMDGPU_TRIPLE, NVPTX_TRIPLE, HOST_CPU_TRIPLE)
+
+#: Source suffix -> the language the driver is told (``-x``).
+LANGUAGE_BY_SUFFIX: Mapping[str, str] = {
+    ".c": "c",
+    ".cpp": "c++",
+    ".cc": "c++",
+    ".cxx": "c++",
+    ".c++": "c++",
+    ".C": "c++",
+}
+
+_PROBE_STEM = "__offload_probe__"
+
+#: Flags the monolithic driver needs on GPU targets here: no ROCm device libraries or CUDA libdevice
+#: are linked at compile time (the OpenMP device runtime comes in at link time).
+DEFAULT_GPU_FLAGS: tuple[str, ...] = ("-nogpulib",)
+
+
+class ProbeError(ToolchainError):
+    """The driver rejected a configuration (bad flags, unsupported target) while we probed it."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place in a command template filled per build node (``prefix`` + the path)."""
+
+    name: str
+    prefix: str = ""
+
+
+Arg = str | Slot
+
+
+@dataclass(frozen=True)
+class CommandTemplate:
+    """A command line whose per-node paths are named :class:`Slot` objects."""
+
+    argv: tuple[Arg, ...]
+
+    @property
+    def slots(self) -> frozenset[str]:
+        return frozenset(arg.name for arg in self.argv if isinstance(arg, Slot))
+
+    def render(self, **values: str) -> list[str]:
+        """Fill every slot; a missing or unexpected value is a programming error, so it raises."""
+        unknown = set(values) - self.slots
+        if unknown:
+            raise KeyError(f"no slot named {sorted(unknown)} in this command")
+        return [arg if isinstance(arg, str) else arg.prefix + values[arg.name] for arg in self.argv]
+
+
+@dataclass(frozen=True)
+class DeviceSteps:
+    """Everything one target contributes to one source's fat object."""
+
+    target: TargetID
+    compile: CommandTemplate        # slots: source, main_file_name, host_bc, output
+    compile_suffix: str             # ".bc" (AMDGPU), ".s" (NVPTX PTX), ".o" (host-CPU object)
+    assemble: CommandTemplate | None  # NVPTX: ptxas, slots: input, output
+    image_suffix: str               # what goes into the package: ".bc", ".o"
+    image_spec: tuple[str, ...]     # the packager's key=value pairs except file=, in the driver's order
+
+
+@dataclass(frozen=True)
+class HostSteps:
+    frontend: CommandTemplate       # slots: source, main_file_name, output
+    embed: CommandTemplate          # slots: host_bc, main_file_name, package, output
+
+
+def language_of(source: str) -> str:
+    """Return the driver language for ``source`` from its suffix, or raise naming the file."""
+    suffix = os.path.splitext(source)[1]
+    try:
+        return LANGUAGE_BY_SUFFIX[suffix]
+    except KeyError:
+        raise ToolchainError(
+            f"{source}: cannot tell the language from the suffix {suffix!r};"
+            f" offload sources end in one of {', '.join(sorted(LANGUAGE_BY_SUFFIX))}"
+        ) from None
+
+
+def selection_flags(target: TargetID) -> tuple[str, ...]:
+    """The driver flags that make a compile offload to ``target`` alone."""
+    if target.kind == "host-cpu":
+        return (f"-fopenmp-targets={target.triple}",)
+    return (f"--offload-arch={target}",)
+
+
+def parse_driver_jobs(text: str) -> list[list[str]]:
+    """Split ``clang -###`` output into one argv per job (job lines start with a space and a quote)."""
+    return [shlex.split(line) for line in text.splitlines() if line.startswith(' "')]
+
+
+def _value_after(argv: Sequence[str], flag: str) -> str | None:
+    for index, arg in enumerate(argv[:-1]):
+        if arg == flag:
+            return argv[index + 1]
+    return None
+
+
+@functools.lru_cache(maxsize=512)
+def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> tuple[tuple[str, ...], ...]:
+    """Run ``driver -### -c`` on a probe source and return the jobs it would run (memoized)."""
+    extension = ".c" if language == "c" else ".cpp"
+    with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
+        source = Path(scratch) / f"{_PROBE_STEM}{extension}"
+        source.write_text("")
+        argv = [driver, "-###", "-fopenmp", *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
+        try:
+            done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
+        except OSError as error:
+            raise ToolchainError(f"cannot run {driver}: {error.strerror}") from None
+    if done.returncode != 0:
+        message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
+        raise ProbeError(f"{driver} rejected the offload flags {' '.join(flags)}: {message}")
+    return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
+
+
+def _is_cc1(job: Sequence[str]) -> bool:
+    return len(job) > 1 and job[1] == "-cc1"
+
+
+def _tool_name(job: Sequence[str]) -> str:
+    return os.path.basename(job[0])
+
+
+def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = None, output_slot: str = "output",
+              value_slots: Mapping[str, str] | None = None, prefix_slots: Mapping[str, str] | None = None,
+              replace_prefix: Mapping[str, str] | None = None) -> CommandTemplate:
+    """Turn a probed job into a template: the ``-o`` value, the input and named flags become slots.
+
+    The input is ``input_value`` where given (ptxas puts ``-c`` after it), else the last argument
+    (cc1 jobs end in ``-x <lang> <input>``).
+    """
+    input_value = job[-1] if input_value is None else input_value
+    value_slots = dict(value_slots or {})
+    prefix_slots = dict(prefix_slots or {})
+    replace_prefix = dict(replace_prefix or {})
+    argv: list[Arg] = []
+    skip_next = False
+    for index, arg in enumerate(job):
+        if skip_next:
+            skip_next = False
+            continue
+        if arg == input_value:
+            argv.append(Slot(input_slot))
+            continue
+        if arg in ("-o", "--output-file"):
+            argv.extend([arg, Slot(output_slot)])
+            skip_next = True
+            continue
+        if arg in value_slots:
+            argv.extend([arg, Slot(value_slots[arg])])
+            skip_next = True
+            continue
+        for prefix, slot in prefix_slots.items():
+            if arg.startswith(prefix):
+                argv.append(Slot(slot, prefix))
+                break
+        else:
+            for prefix, replacement in replace_prefix.items():
+                if arg.startswith(prefix):
+                    argv.append(prefix + replacement)
+                    break
+            else:
+                argv.append(arg)
+    return CommandTemplate(tuple(argv))
+
+
+def _image_spec(packager_job: Sequence[str]) -> tuple[str, ...]:
+    images = [arg for arg in packager_job if arg.startswith("--image=")]
+    if len(images) != 1:
+        raise ToolchainError(f"expected one --image in the driver's packager job, got {len(images)}: {packager_job}")
+    pairs = images[0][len("--image="):].split(",")
+    return tuple(pair for pair in pairs if not pair.startswith("file="))
+
+
+class PhaseModel:
+    """Per-phase command templates for one toolchain, derived from its driver and memoized.
+
+    ``cwd`` is the directory the commands will run in (the driver records it in debug info).
+    """
+
+    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str]) -> None:
+        self.toolchain = toolchain
+        self.cwd = str(cwd)
+
+    def driver(self, language: str) -> str:
+        return str(self.toolchain.clangxx if language == "c++" else self.toolchain.clang)
+
+    def _jobs(self, language: str, flags: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+        return _probe(self.driver(language), language, tuple(flags), self.cwd)
+
+    def host_steps(self, language: str, flags: Sequence[str] = ()) -> HostSteps:
+        """Templates for the host front end and the embed step (independent of the targets)."""
+        host_probe = TargetID("x86_64")
+        jobs = self._jobs(language, (*flags, *selection_flags(host_probe)))
+        frontend = next((job for job in jobs if _is_cc1(job) and "-emit-llvm-bc" in job
+                         and "-fopenmp-is-target-device" not in job), None)
+        embed = next((job for job in jobs if _is_cc1(job)
+                      and any(arg.startswith("-fembed-offload-object=") for arg in job)), None)
+        if frontend is None or embed is None:
+            raise ToolchainError(f"{self.driver(language)} -### printed no host front-end/embed job for OpenMP offload;"
+                                 " is this Clang 19 with OpenMP offload support?")
+        triples = ",".join(HOST_OFFLOAD_TRIPLES)
+        common = dict(value_slots={"-main-file-name": "main_file_name"},
+                      replace_prefix={"-fopenmp-targets=": triples})
+        return HostSteps(
+            frontend=_template(frontend, input_slot="source", **common),
+            embed=_template(embed, input_slot="host_bc",
+                            prefix_slots={"-fembed-offload-object=": "package"}, **common),
+        )
+
+    def device_steps(self, target: TargetID, language: str, flags: Sequence[str] = ()) -> DeviceSteps:
+        """Templates for one target's device compile (and assemble), probed for that target alone."""
+        extra = DEFAULT_GPU_FLAGS if target.kind != "host-cpu" else ()
+        jobs = self._jobs(language, (*flags, *extra, *selection_flags(target)))
+        device = [job for job in jobs if _is_cc1(job) and "-fopenmp-is-target-device" in job]
+        packagers = [job for job in jobs if _tool_name(job).startswith("clang-offload-packager")]
+        if len(device) != 1 or len(packagers) != 1:
+            raise ToolchainError(f"{self.driver(language)} -### for {target} printed {len(device)} device jobs and"
+                                 f" {len(packagers)} packager jobs; expected one of each")
+        device_job = device[0]
+        compile_output = _value_after(device_job, "-o") or ""
+        compile_suffix = os.path.splitext(compile_output)[1]
+        compile_template = _template(device_job, input_slot="source",
+                                     value_slots={"-main-file-name": "main_file_name",
+                                                  "-fopenmp-host-ir-file-path": "host_bc"})
+        assemble = None
+        image_suffix = compile_suffix
+        assemblers = [job for job in jobs if _tool_name(job) == "ptxas"]
+        if assemblers:
+            assemble = _template(assemblers[0], input_slot="input", input_value=compile_output)
+            image_suffix = os.path.splitext(_value_after(assemblers[0], "--output-file") or ".o")[1]
+        return DeviceSteps(
+            target=target,
+            compile=compile_template,
+            compile_suffix=compile_suffix,
+            assemble=assemble,
+            image_suffix=image_suffix,
+            image_spec=_image_spec(packagers[0]),
+        )
+
+    def package_command(self, images: Sequence[tuple[DeviceSteps, str]], output: str) -> list[str]:
+        """The packager call for one source: one ``--image`` per target, in the order given."""
+        packager = self.toolchain.tool("clang-offload-packager")
+        argv = [str(packager), "-o", output]
+        for steps, path in images:
+            argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
+        return argv

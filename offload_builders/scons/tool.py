@@ -1,0 +1,371 @@
+"""SCons tool ``offload``: Clang OpenMP offload compilation as one build node per phase and target.
+
+Builders:
+
+* ``OffloadObject``: source -> fat object. Its emitter expands ``$OFFLOAD_ARCHS`` into a host front-end
+  node, one device-compile node per target ID (plus a ``ptxas`` node for NVPTX), a package node, and
+  makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
+  and target on its own.
+* ``OffloadStaticLibrary``: fat objects (or sources) -> static library.
+* ``OffloadProgram``: fat objects, sources and libraries -> program.
+
+Each phase has one ``$OFFLOAD_<PHASE>COM`` / ``$OFFLOAD_<PHASE>COMSTR`` pair. The compile phases'
+``COM`` variables default to ``$_OFFLOAD_<PHASE>_CC1``, a callable that renders the installed driver's own
+``-cc1`` job for that phase (see :mod:`offload_builders.phases`); the user's ``$CCFLAGS``,
+``$CXXFLAGS``/``$CFLAGS``, ``$_CCCOMCOM`` and ``$OFFLOAD_FLAGS`` go through the driver, and
+``$OFFLOAD_TARGET_FLAGS[target]`` only into that target's device compile.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import SCons.Action
+import SCons.Builder
+import SCons.Errors
+import SCons.Node
+import SCons.Scanner.Prog
+import SCons.Subst
+import SCons.Tool
+import SCons.Util
+import SCons.Warnings
+
+from offload_builders.errors import OffloadError
+from offload_builders.phases import DeviceSteps, HostSteps, PhaseModel, language_of
+from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
+from offload_builders.toolchain import Toolchain, find_toolchain
+
+#: Construction variables this tool reads, with their defaults (set only where the user has not).
+_DEFAULTS: dict[str, Any] = {
+    "OFFLOAD_ARCHS": ["x86_64"],
+    "OFFLOAD_FLAGS": [],
+    "OFFLOAD_TARGET_FLAGS": {},
+    "OFFLOAD_LINKFLAGS": [],
+    "OFFLOAD_PARTIAL_SUFFIX": ".partial",
+    "OFFLOAD_HOSTCOM": "$_OFFLOAD_HOST_CC1",
+    "OFFLOAD_DEVICECOM": "$_OFFLOAD_DEVICE_CC1",
+    "OFFLOAD_ASSEMBLECOM": "$_OFFLOAD_ASSEMBLE_CMD",
+    "OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD",
+    "OFFLOAD_EMBEDCOM": "$_OFFLOAD_EMBED_CC1",
+    "OFFLOAD_LINKCOM": (
+        "$OFFLOAD_CXX -o ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $_OFFLOAD_LINK_TARGETS $OFFLOAD_LINKFLAGS"
+        " $LINKFLAGS $_OFFLOAD_RPATH $SOURCES $_LIBDIRFLAGS $_LIBFLAGS"
+    ),
+    "OFFLOAD_ARCOM": "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES",
+}
+
+#: Driver flags that only change how the compiler runs, never what it produces: kept out of signatures.
+_UNSIGNED_FLAG_PREFIXES = ("-v", "-fcolor-diagnostics", "-fno-color-diagnostics", "-fdiagnostics-color",
+                           "--offload-jobs=", "-parallel-jobs=", "-ferror-limit=")
+
+
+def _user_error(error: Exception) -> SCons.Errors.UserError:
+    return SCons.Errors.UserError(str(error))
+
+
+def _toolchain(env) -> Toolchain:
+    """The toolchain for ``env``: ``$OFFLOAD_CLANG`` if set, else the process environment's search."""
+    environ = dict(os.environ)
+    if env.get("OFFLOAD_CLANG"):
+        environ["OFFLOAD_CLANG"] = env.subst("$OFFLOAD_CLANG")
+    try:
+        return find_toolchain(environ)
+    except OffloadError as error:
+        raise _user_error(error) from None
+
+
+def _model(env) -> PhaseModel:
+    return PhaseModel(_toolchain(env), env.Dir("#").abspath)
+
+
+def selected_targets(env) -> tuple[TargetID, ...]:
+    """``$OFFLOAD_ARCHS`` parsed, canonicalized and checked, or one ``UserError`` naming the offenders."""
+    value = env.get("OFFLOAD_ARCHS")
+    if isinstance(value, str):
+        value = env.subst(value)
+    try:
+        return parse_offload_archs(SCons.Util.flatten(value) if not isinstance(value, str) else value)
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+
+
+def _target_flags(env, target: TargetID) -> list[str]:
+    """``$OFFLOAD_TARGET_FLAGS`` entries for ``target``; keys may be spelled any valid way."""
+    table = env.get("OFFLOAD_TARGET_FLAGS") or {}
+    flags: list[str] = []
+    for key, value in table.items():
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"OFFLOAD_TARGET_FLAGS key {key!r}: {error}") from None
+        if canonical == target:
+            flags.extend(env.subst_list(value, SCons.Subst.SUBST_CMD)[0] if value else [])
+    return [str(flag) for flag in flags]
+
+
+def _compile_flags(env, target, source, for_signature: bool, language: str) -> tuple[str, ...]:
+    """The user's compile flags for a node, as the driver will see them."""
+    text = "$OFFLOAD_FLAGS $CCFLAGS " + ("$CXXFLAGS" if language == "c++" else "$CFLAGS") + " $_CCCOMCOM"
+    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+    flags = [str(flag) for flag in env.subst_list(text, mode, target=target, source=source)[0]]
+    if for_signature:
+        flags = [flag for flag in flags if not flag.startswith(_UNSIGNED_FLAG_PREFIXES)]
+    return tuple(flags)
+
+
+def _partial(env, node) -> str:
+    return str(node) + env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+
+
+def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
+    """Rendered arguments, protected from further ``$`` expansion and word splitting."""
+    return [SCons.Subst.Literal(arg) for arg in argv]
+
+
+def _host_steps(env, target, source, for_signature: bool) -> tuple[HostSteps, str]:
+    language = language_of(str(source[0]))
+    flags = _compile_flags(env, target, source, for_signature, language)
+    return _model(env).host_steps(language, flags), language
+
+
+def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
+    language = language_of(str(source[0]))
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags = _compile_flags(env, target, source, for_signature, language) + tuple(_target_flags(env, tid))
+    return _model(env).device_steps(tid, language, flags)
+
+
+def _guarded(render: Callable[..., list[str]]) -> Callable[..., list[SCons.Subst.Literal]]:
+    """Adapt a renderer to SCons' callable-variable convention, turning our errors into ``UserError``."""
+
+    def command(target, source, env, for_signature):
+        try:
+            return _literal(render(target, source, env, for_signature))
+        except OffloadError as error:
+            raise _user_error(error) from None
+
+    command.__name__ = render.__name__
+    return command
+
+
+@_guarded
+def _host_cc1(target, source, env, for_signature):
+    steps, _ = _host_steps(env, target, source, for_signature)
+    return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
+                                 output=_partial(env, target[0]))
+
+
+@_guarded
+def _device_cc1(target, source, env, for_signature):
+    steps = _device_steps(env, target, source, for_signature)
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                host_bc=str(source[1]), output=_partial(env, target[0]))
+
+
+@_guarded
+def _assemble_cmd(target, source, env, for_signature):
+    original = env["_OFFLOAD_ORIGINAL_SOURCE"]
+    steps = _device_steps(env, target, [original], for_signature)
+    assert steps.assemble is not None
+    return steps.assemble.render(input=str(source[0]), output=_partial(env, target[0]))
+
+
+@_guarded
+def _package_cmd(target, source, env, for_signature):
+    original = env["_OFFLOAD_ORIGINAL_SOURCE"]
+    images = []
+    for node, tid_text in zip(source, env["_OFFLOAD_PACKAGE_TARGETS"]):
+        steps = _device_steps(env.Override({"OFFLOAD_TARGET": tid_text}), target, [original], for_signature)
+        images.append((steps, str(node)))
+    return _model(env).package_command(images, _partial(env, target[0]))
+
+
+@_guarded
+def _embed_cc1(target, source, env, for_signature):
+    """The object's source is the original source; the emitter recorded its host bitcode and package."""
+    inputs = getattr(target[0].attributes, "offload_inputs", None)
+    if inputs is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    host_bc, package = inputs
+    steps, _ = _host_steps(env, target, source, for_signature)
+    return steps.embed.render(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
+                              output=_partial(env, target[0]))
+
+
+def _link_targets(target, source, env, for_signature):
+    """``-fopenmp -fopenmp-targets=...`` for the link: the triples of ``$OFFLOAD_ARCHS``."""
+    triples = sorted({tid.triple for tid in selected_targets(env)})
+    return ["-fopenmp", "-fopenmp-targets=" + ",".join(triples)]
+
+
+def _rpath(target, source, env, for_signature):
+    value = env.get("OFFLOAD_RPATH")
+    if value is None:
+        value = [str(_toolchain(env).lib_dir)]
+    return [f"-Wl,-rpath,{path}" for path in SCons.Util.flatten(value) if path]
+
+
+def _remove_stale_partial(target, source, env) -> int:
+    for node in target:
+        partial = _partial(env, node)
+        if os.path.lexists(partial):
+            os.unlink(partial)
+    return 0
+
+
+def _commit(target, source, env) -> int:
+    """Move each finished ``<target>.partial`` into place, so no half-written target ever exists."""
+    for node in target:
+        partial = _partial(env, node)
+        if os.path.exists(partial):
+            os.replace(partial, str(node))
+        elif not os.path.exists(str(node)):
+            raise SCons.Errors.BuildError(node=node, errstr=f"the command did not write {partial}")
+    return 0
+
+
+_REMOVE_STALE = SCons.Action.Action(_remove_stale_partial, None)
+_COMMIT = SCons.Action.Action(_commit, None)
+
+
+def _phase_action(phase: str) -> SCons.Action.ListAction:
+    return SCons.Action.ListAction([
+        _REMOVE_STALE,
+        SCons.Action.Action(f"$OFFLOAD_{phase}COM", f"$OFFLOAD_{phase}COMSTR"),
+        _COMMIT,
+    ])
+
+
+def _c_scanner():
+    return SCons.Tool.SourceFileScanner
+
+
+_HOST_BUILDER = SCons.Builder.Builder(action=_phase_action("HOST"), source_scanner=_c_scanner(), single_source=True)
+_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=_c_scanner())
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True)
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"))
+
+
+def _check_tools_for(env, targets: Sequence[TargetID]) -> None:
+    """Fail at read time, before any compile, when a target needs a tool that is not installed."""
+    toolchain = _toolchain(env)
+    try:
+        toolchain.tool("clang-offload-packager")
+        if any(tid.kind == "nvptx" for tid in targets):
+            toolchain.cuda_tool("ptxas")
+    except OffloadError as error:
+        raise _user_error(error) from None
+
+
+def _object_emitter(target, source, env):
+    """Expand one fat object into host front end, per-target device nodes, package and embed."""
+    if len(source) != 1:
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources for {target[0]}")
+    obj, src = target[0], source[0]
+    targets = selected_targets(env)
+    _check_tools_for(env, targets)
+    stem = os.path.splitext(obj.name)[0]
+    directory = obj.dir
+    try:
+        language = language_of(str(src))
+        # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
+        flags = _compile_flags(env, [obj], [src], False, language)
+        model = _model(env)
+        model.host_steps(language, flags)
+        plans = {tid: model.device_steps(tid, language, flags + tuple(_target_flags(env, tid))) for tid in targets}
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"{src}: {error}") from None
+
+    host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src])
+    images = []
+    for tid, steps in plans.items():
+        device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
+                                 [src] + host_bc, OFFLOAD_TARGET=str(tid))
+        if steps.assemble is not None:
+            device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
+                                       device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+        images.extend(device)
+    package = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
+                               _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
+                               _OFFLOAD_ORIGINAL_SOURCE=src)
+    obj.attributes.offload_inputs = (host_bc[0], package[0])
+    env.Depends(obj, host_bc + package)
+    return target, source
+
+
+
+
+def _program_emitter(target, source, env):
+    targets = selected_targets(env)
+    _check_tools_for(env, targets)
+    return target, source
+
+
+def _set_default(env, key: str, value: Any) -> None:
+    if key not in env:
+        env[key] = SCons.Util.CLVar(value) if isinstance(value, list) else value
+
+
+def generate(env, **kwargs: Any) -> None:
+    """Add the offload builders and variables to ``env`` without overwriting anything the user set."""
+    for key, value in kwargs.items():  # env.Tool('offload', archs=[...]) sets $OFFLOAD_ARCHS
+        name = key.upper()
+        env[name if name.startswith("OFFLOAD_") else f"OFFLOAD_{name}"] = value
+    toolchain = _toolchain(env)
+    _set_default(env, "OFFLOAD_CC", str(toolchain.clang))
+    _set_default(env, "OFFLOAD_CXX", str(toolchain.clangxx))
+    for key, value in _DEFAULTS.items():
+        _set_default(env, key, value)
+    if "OFFLOAD_LINKFLAGS" in env and not env["OFFLOAD_LINKFLAGS"] and toolchain.optional_tool("ld.lld"):
+        linker_chosen = any(str(flag).startswith("-fuse-ld") for flag in SCons.Util.flatten(env.get("LINKFLAGS", [])))
+        if not linker_chosen:
+            env["OFFLOAD_LINKFLAGS"] = SCons.Util.CLVar(["-fuse-ld=lld"])
+    env["_OFFLOAD_HOST_CC1"] = _host_cc1
+    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
+    env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
+    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
+    env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
+    env["_OFFLOAD_LINK_TARGETS"] = _link_targets
+    env["_OFFLOAD_RPATH"] = _rpath
+
+    env.AddMethod(selected_targets, "OffloadSelectedTargets")
+    env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
+        action=_phase_action("EMBED"),
+        emitter=_object_emitter,
+        suffix="$OBJSUFFIX",
+        src_suffix=list(_source_suffixes()),
+        single_source=True,
+    )
+    env["BUILDERS"]["OffloadStaticLibrary"] = SCons.Builder.Builder(
+        action=_phase_action("AR") + SCons.Action.Action("$RANLIBCOM", "$RANLIBCOMSTR") if env.get("RANLIB")
+        else _phase_action("AR"),
+        prefix="$LIBPREFIX",
+        suffix="$LIBSUFFIX",
+        src_suffix="$OBJSUFFIX",
+        src_builder="OffloadObject",
+    )
+    env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
+        action=_phase_action("LINK"),
+        emitter=_program_emitter,
+        prefix="$PROGPREFIX",
+        suffix="$PROGSUFFIX",
+        src_suffix="$OBJSUFFIX",
+        src_builder="OffloadObject",
+        target_scanner=SCons.Scanner.Prog.ProgramScanner(),
+    )
+
+
+def _source_suffixes() -> tuple[str, ...]:
+    from offload_builders.phases import LANGUAGE_BY_SUFFIX
+
+    return tuple(LANGUAGE_BY_SUFFIX)
+
+
+def exists(env) -> bool:
+    """True when a usable Clang is found (SCons does not call this for user tools; generate checks too)."""
+    try:
+        find_toolchain(dict(os.environ, **({"OFFLOAD_CLANG": env.subst("$OFFLOAD_CLANG")} if env.get("OFFLOAD_CLANG") else {})))
+    except OffloadError:
+        return False
+    return True

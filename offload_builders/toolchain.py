@@ -1,0 +1,190 @@
+"""Finding the Clang offload toolchain and the CUDA tools it calls.
+
+Discovery runs once per (environment, search path) and is memoized: build tools call it at
+configuration time, never inside an action. A missing piece is one :class:`ToolchainError` naming
+what is missing and the Debian package that provides it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from offload_builders.errors import ToolchainError
+
+#: Where Debian's versioned LLVM packages put their tools, newest supported first.
+DEBIAN_LLVM_PREFIXES: tuple[str, ...] = ("/usr/lib/llvm-19",)
+DEFAULT_CUDA_PATH = "/usr/local/cuda"
+
+#: Which Debian package provides each tool we may need (for error messages).
+DEBIAN_PACKAGES: Mapping[str, str] = {
+    "clang": "clang-19",
+    "clang++": "clang-19",
+    "clang-offload-packager": "clang-tools-19",
+    "clang-offload-bundler": "clang-tools-19",
+    "clang-linker-wrapper": "clang-tools-19",
+    "clang-nvlink-wrapper": "clang-tools-19",
+    "ld.lld": "lld-19",
+    "llvm-objcopy": "llvm-19",
+    "llvm-ar": "llvm-19",
+    "llvm-readelf": "llvm-19",
+    "libomptarget.so": "libomp-19-dev",
+    "libomptarget.devicertl.a": "libomp-19-dev",
+    "ptxas": "the CUDA toolkit (set $CUDA_PATH, default /usr/local/cuda)",
+    "nvlink": "the CUDA toolkit (set $CUDA_PATH, default /usr/local/cuda)",
+    "fatbinary": "the CUDA toolkit (set $CUDA_PATH, default /usr/local/cuda)",
+}
+
+_VERSION_RE = re.compile(r"clang version (\d+)\.(\d+)\.(\d+)")
+
+
+def install_hint(tool: str) -> str:
+    """Say how to get ``tool`` on Debian, for error messages."""
+    package = DEBIAN_PACKAGES.get(tool)
+    if package is None:
+        return ""
+    if package.startswith("the CUDA"):
+        return f"; it comes with {package}"
+    return f"; install it with: apt-get install {package}"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The resolved paths and facts of one Clang installation."""
+
+    clang: Path
+    clangxx: Path
+    version: tuple[int, int, int]
+    resource_dir: Path
+    bin_dir: Path
+    lib_dir: Path
+    cuda_path: Path | None
+
+    @property
+    def major(self) -> int:
+        return self.version[0]
+
+    def tool(self, name: str) -> Path:
+        """Return the sibling LLVM tool ``name`` (next to clang), or raise naming its package."""
+        candidate = self.bin_dir / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+        raise ToolchainError(f"{name} not found next to {self.clang}{install_hint(name)}")
+
+    def optional_tool(self, name: str) -> Path | None:
+        try:
+            return self.tool(name)
+        except ToolchainError:
+            return None
+
+    def cuda_tool(self, name: str) -> Path:
+        """Return ``ptxas``/``nvlink``/``fatbinary`` from the CUDA toolkit, or raise."""
+        searched = []
+        if self.cuda_path is not None:
+            candidate = self.cuda_path / "bin" / name
+            searched.append(str(candidate))
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+        searched.append(f"{name} on PATH")
+        raise ToolchainError(
+            f"{name} is needed for NVPTX targets but was not found (looked at {', '.join(searched)})"
+            f"{install_hint(name)}"
+        )
+
+    def runtime_library(self, name: str) -> Path:
+        """Return an OpenMP runtime file such as ``libomptarget.devicertl.a``, or raise."""
+        candidate = self.lib_dir / name
+        if candidate.exists():
+            return candidate
+        raise ToolchainError(f"{name} not found in {self.lib_dir}{install_hint(name)}")
+
+
+def _candidate_compilers(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The places we look for clang, in order, each with how we found it (for error messages)."""
+    candidates: list[tuple[str, str]] = []
+    if environ.get("OFFLOAD_CLANG"):
+        candidates.append((environ["OFFLOAD_CLANG"], "$OFFLOAD_CLANG"))
+        return candidates
+    path = environ.get("PATH", os.defpath)
+    found = shutil.which("clang-19", path=path)
+    if found:
+        candidates.append((found, "clang-19 on PATH"))
+    for prefix in DEBIAN_LLVM_PREFIXES:
+        candidates.append((f"{prefix}/bin/clang", prefix))
+    found = shutil.which("clang", path=path)
+    if found:
+        candidates.append((found, "clang on PATH"))
+    return candidates
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except OSError as error:
+        raise ToolchainError(f"cannot run {argv[0]}: {error.strerror}") from None
+    if done.returncode != 0:
+        raise ToolchainError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _sibling_cxx(clang: Path) -> Path:
+    """The C++ driver next to ``clang`` (clang-19 -> clang++-19, clang -> clang++)."""
+    name = clang.name
+    match = re.fullmatch(r"clang(-\d+)?", name)
+    if match:
+        candidate = clang.with_name(f"clang++{match.group(1) or ''}")
+        if candidate.exists():
+            return candidate
+    return clang.with_name("clang++") if clang.with_name("clang++").exists() else clang
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_toolchain(clang_text: str, cuda_text: str) -> Toolchain:
+    clang = Path(clang_text)
+    real = Path(os.path.realpath(clang))
+    version_text = _run([str(clang), "--version"])
+    match = _VERSION_RE.search(version_text)
+    if not match:
+        raise ToolchainError(f"{clang} does not look like clang: --version printed {version_text.splitlines()[:1]}")
+    version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    resource_dir = Path(_run([str(clang), "-print-resource-dir"]).strip())
+    bin_dir = real.parent
+    lib_dir = bin_dir.parent / "lib"
+    cuda_path = Path(cuda_text) if cuda_text and Path(cuda_text).is_dir() else None
+    return Toolchain(
+        clang=clang,
+        clangxx=_sibling_cxx(clang),
+        version=version,
+        resource_dir=resource_dir,
+        bin_dir=bin_dir,
+        lib_dir=lib_dir,
+        cuda_path=cuda_path,
+    )
+
+
+def find_toolchain(environ: Mapping[str, str] | None = None) -> Toolchain:
+    """Find Clang: ``$OFFLOAD_CLANG``, else ``clang-19``, ``/usr/lib/llvm-19/bin/clang``, ``clang`` on PATH.
+
+    The result is memoized per (compiler, CUDA path), so calling this from every SConscript is cheap.
+    """
+    environ = os.environ if environ is None else environ
+    cuda_text = environ.get("CUDA_PATH") or environ.get("CUDA_HOME") or DEFAULT_CUDA_PATH
+    tried: list[str] = []
+    for candidate, origin in _candidate_compilers(environ):
+        path = Path(candidate)
+        if path.is_file() and os.access(path, os.X_OK):
+            return _probe_toolchain(str(path), cuda_text)
+        tried.append(f"{candidate} ({origin})")
+    raise ToolchainError(
+        "no Clang found for offload compilation (tried " + ", ".join(tried or ["nothing: PATH is empty"]) + ")"
+        "; install it with: apt-get install clang-19 clang-tools-19 lld-19 llvm-19 libomp-19-dev,"
+        " or point $OFFLOAD_CLANG at a clang binary"
+    )
