@@ -64,6 +64,7 @@ class Toolchain:
     bin_dir: Path
     lib_dir: Path
     cuda_path: Path | None
+    search_path: str = ""           # the PATH the CUDA tools are looked up in, after $CUDA_PATH/bin
 
     @property
     def major(self) -> int:
@@ -90,7 +91,7 @@ class Toolchain:
             searched.append(str(candidate))
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return candidate
-        found = shutil.which(name)
+        found = shutil.which(name, path=self.search_path or None) if self.search_path else None
         if found:
             return Path(found)
         searched.append(f"{name} on PATH")
@@ -147,7 +148,7 @@ def _sibling_cxx(clang: Path) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
-def _probe_toolchain(clang_text: str, cuda_text: str) -> Toolchain:
+def _probe_toolchain(clang_text: str, cuda_text: str, search_path: str) -> Toolchain:
     clang = Path(clang_text)
     real = Path(os.path.realpath(clang))
     version_text = _run([str(clang), "--version"])
@@ -167,6 +168,7 @@ def _probe_toolchain(clang_text: str, cuda_text: str) -> Toolchain:
         bin_dir=bin_dir,
         lib_dir=lib_dir,
         cuda_path=cuda_path,
+        search_path=search_path,
     )
 
 
@@ -181,7 +183,7 @@ def find_toolchain(environ: Mapping[str, str] | None = None) -> Toolchain:
     for candidate, origin in _candidate_compilers(environ):
         path = Path(candidate)
         if path.is_file() and os.access(path, os.X_OK):
-            return _probe_toolchain(str(path), cuda_text)
+            return _probe_toolchain(str(path), cuda_text, environ.get("PATH", ""))
         tried.append(f"{candidate} ({origin})")
     raise ToolchainError(
         "no Clang found for offload compilation (tried " + ", ".join(tried or ["nothing: PATH is empty"]) + ")"

@@ -1,0 +1,51 @@
+"""Toolchain discovery against the installed Clang 19."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from offload_builders.errors import ToolchainError
+from offload_builders.toolchain import find_toolchain
+
+
+def test_finds_clang_19_and_its_tools():
+    toolchain = find_toolchain({"PATH": os.environ["PATH"]})
+    assert toolchain.major == 19
+    assert (toolchain.resource_dir / "include" / "omp.h").exists() or (toolchain.resource_dir / "include").is_dir()
+    assert toolchain.tool("clang-offload-packager").name == "clang-offload-packager"
+    assert toolchain.runtime_library("libomptarget.devicertl.a").is_file()
+    assert toolchain.cuda_tool("ptxas").name == "ptxas"
+
+
+def test_offload_clang_variable_wins():
+    toolchain = find_toolchain({"OFFLOAD_CLANG": "/usr/lib/llvm-19/bin/clang", "PATH": ""})
+    assert toolchain.clang == Path("/usr/lib/llvm-19/bin/clang")
+    assert toolchain.clangxx.name == "clang++"
+
+
+def test_missing_clang_names_what_and_the_packages():
+    with pytest.raises(ToolchainError) as error:
+        find_toolchain({"OFFLOAD_CLANG": "/nonexistent/clang", "PATH": ""})
+    message = str(error.value)
+    assert "/nonexistent/clang ($OFFLOAD_CLANG)" in message
+    assert "apt-get install clang-19 clang-tools-19" in message
+
+
+def test_missing_sibling_tool_names_its_package(tmp_path):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake_clang = fake_bin / "clang"
+    fake_clang.write_text('#!/bin/sh\nexec /usr/lib/llvm-19/bin/clang "$@"\n')
+    fake_clang.chmod(fake_clang.stat().st_mode | stat.S_IEXEC)
+    toolchain = find_toolchain({"OFFLOAD_CLANG": str(fake_clang), "PATH": ""})
+    with pytest.raises(ToolchainError, match=r"clang-offload-packager not found .*apt-get install clang-tools-19"):
+        toolchain.tool("clang-offload-packager")
+
+
+def test_missing_ptxas_is_explained(tmp_path):
+    toolchain = find_toolchain({"OFFLOAD_CLANG": "/usr/lib/llvm-19/bin/clang", "CUDA_PATH": str(tmp_path), "PATH": ""})
+    with pytest.raises(ToolchainError, match=r"ptxas is needed for NVPTX targets.*CUDA toolkit"):
+        toolchain.cuda_tool("ptxas")
