@@ -1,0 +1,295 @@
+"""The SCons tool end to end, with the real toolchain: incrementality is counted in commands.
+
+Every phase prints ``@@<PHASE> <target>`` through its ``$OFFLOAD_<PHASE>COMSTR``, so a test reads
+exactly which nodes a build ran.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+SCONS = str(Path(sys.executable).with_name("scons"))
+PHASES = ("HOST", "DEVICE", "ASSEMBLE", "PACKAGE", "EMBED", "LINK", "AR")
+
+SCONSTRUCT = textwrap.dedent("""
+    import offload_builders.scons
+    env = Environment(
+        tools=["default", "offload"],
+        toolpath=[offload_builders.scons.toolpath()],
+        OFFLOAD_ARCHS=ARGUMENTS.get("archs", "x86_64"),
+        CPPPATH=["#include"],
+        OFFLOAD_FLAGS=["-O1"],
+    )
+    for phase in %(phases)r:
+        env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
+    if ARGUMENTS.get("target_flags"):
+        target, _, flags = ARGUMENTS["target_flags"].partition("=")
+        env["OFFLOAD_TARGET_FLAGS"] = {target: flags.split()}
+    if ARGUMENTS.get("ccflags"):
+        env.Append(CCFLAGS=ARGUMENTS["ccflags"].split())
+    if ARGUMENTS.get("cache"):
+        CacheDir(ARGUMENTS["cache"])
+    SConscript("src/SConscript", variant_dir="build", duplicate=False, exports="env")
+""") % {"phases": PHASES}
+
+SCONSCRIPT = textwrap.dedent("""
+    Import("env")
+    env.OffloadProgram("prog", ["main.cpp", "scale.cpp"])
+""")
+
+MAIN_CPP = textwrap.dedent("""
+    #include "main.hpp"
+    #include <cstdio>
+    #include <omp.h>
+    int main() {
+      int on_device = 0;
+      #pragma omp target map(from : on_device)
+      on_device = !omp_is_initial_device();
+      double x[64];
+      for (int i = 0; i < 64; ++i) x[i] = i;
+      scale(x, 64, FACTOR);
+      double sum = 0;
+      for (int i = 0; i < 64; ++i) sum += x[i];
+      std::printf("on_device=%d sum=%g\\n", on_device, sum);
+      return on_device && sum == FACTOR * 2016 ? 0 : 1;
+    }
+""")
+
+SCALE_CPP = textwrap.dedent("""
+    #include "scale.hpp"
+    void scale(double *x, int n, double factor) {
+      #pragma omp target teams distribute parallel for map(tofrom : x[0 : n])
+      for (int i = 0; i < n; ++i) x[i] *= factor * SCALE_ONE;
+    }
+""")
+
+
+@dataclass
+class Build:
+    returncode: int
+    output: str
+
+    @property
+    def commands(self) -> list[tuple[str, str]]:
+        found = []
+        for line in self.output.splitlines():
+            if line.startswith("@@"):
+                phase, _, target = line[2:].partition(" ")
+                found.append((phase, target.strip()))
+        return found
+
+    def count(self, phase: str, contains: str = "") -> int:
+        return sum(1 for p, t in self.commands if p == phase and contains in t)
+
+    @property
+    def by_phase(self) -> collections.Counter:
+        return collections.Counter(p for p, _ in self.commands)
+
+    @property
+    def retrieved(self) -> list[str]:
+        return [line for line in self.output.splitlines() if line.startswith("Retrieved")]
+
+
+class Project:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "src").mkdir(parents=True)
+        (root / "include").mkdir()
+        (root / "SConstruct").write_text(SCONSTRUCT)
+        (root / "src" / "SConscript").write_text(SCONSCRIPT)
+        (root / "src" / "main.cpp").write_text(MAIN_CPP)
+        (root / "src" / "scale.cpp").write_text(SCALE_CPP)
+        (root / "include" / "main.hpp").write_text("void scale(double *, int, double);\n#define FACTOR 3.0\n")
+        (root / "include" / "scale.hpp").write_text("#define SCALE_ONE 1.0\n")
+
+    def scons(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> Build:
+        done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True,
+                              env=env or os.environ.copy())
+        build = Build(done.returncode, done.stdout + done.stderr)
+        if check:
+            assert done.returncode == 0, build.output
+        return build
+
+    def run_program(self) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.root / "build" / "prog")], capture_output=True, text=True,
+                              env=dict(os.environ, OMP_TARGET_OFFLOAD="MANDATORY"))
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path / "proj")
+
+
+def test_builds_and_runs_on_the_offload_device(project):
+    build = project.scons()
+    assert build.by_phase == {"HOST": 2, "DEVICE": 2, "PACKAGE": 2, "EMBED": 2, "LINK": 1}
+    run = project.run_program()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == "on_device=1 sum=6048\n"
+
+
+def test_no_op_rebuild_runs_no_command(project):
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    again = project.scons("archs=x86_64,sm_80,gfx90a")
+    assert again.commands == []
+    assert "is up to date" in again.output
+
+
+def test_adding_a_target_compiles_only_that_target(project):
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    added = project.scons("archs=x86_64,sm_80,gfx90a,sm_90")
+    assert added.count("HOST") == 0
+    assert added.count("DEVICE") == 2 and added.count("DEVICE", ".sm_90.") == 2
+    assert added.count("ASSEMBLE") == 2 and added.count("ASSEMBLE", ".sm_90.") == 2
+    assert (added.count("PACKAGE"), added.count("EMBED"), added.count("LINK")) == (2, 2, 1)
+    assert len(added.commands) == 9
+    assert project.run_program().returncode == 0
+
+
+def test_removing_a_target_compiles_nothing(project):
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    removed = project.scons("archs=x86_64,gfx90a")
+    assert removed.by_phase == {"PACKAGE": 2, "EMBED": 2, "LINK": 1}
+
+
+def test_one_targets_flags_rebuild_only_that_target(project):
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    changed = project.scons("archs=x86_64,sm_80,gfx90a", "target_flags=gfx90a=-O3")
+    assert changed.count("DEVICE") == 2 and changed.count("DEVICE", ".gfx90a.") == 2
+    assert changed.count("HOST") == 0 and changed.count("ASSEMBLE") == 0
+    assert (changed.count("PACKAGE"), changed.count("EMBED"), changed.count("LINK")) == (2, 2, 1)
+    # Keys may be spelled any valid way: an alternative AMDGPU name or feature order is the same target.
+    same = project.scons("archs=x86_64,sm_80,gfx90a", "target_flags=gfx90a=-O3")
+    assert same.commands == []
+
+
+def test_touching_a_header_rebuilds_only_its_sources_nodes(project):
+    project.scons("archs=x86_64,sm_80")
+    (project.root / "include" / "scale.hpp").write_text("#define SCALE_ONE (2.0 / 2.0)\n")
+    rebuilt = project.scons("archs=x86_64,sm_80")
+    assert rebuilt.commands, rebuilt.output
+    assert all("scale" in target or phase == "LINK" for phase, target in rebuilt.commands), rebuilt.commands
+    assert rebuilt.count("HOST") == 1 and rebuilt.count("DEVICE") == 2
+
+
+def test_device_compiles_are_scanned_for_headers(project):
+    project.scons("archs=x86_64")
+    tree = project.scons("--tree=prune", "build/scale.x86_64.dev.o").output
+    assert "include/scale.hpp" in tree
+
+
+def test_unsigned_flags_do_not_rebuild(project):
+    project.scons()
+    again = project.scons("ccflags=-fcolor-diagnostics")
+    assert again.commands == []
+
+
+def test_cache_dir_gives_back_every_node_and_per_target_hits(project, tmp_path):
+    cache = f"cache={tmp_path / 'cache'}"
+    project.scons("archs=x86_64,sm_80,gfx90a", cache)
+    project.scons("-c", "archs=x86_64,sm_80,gfx90a", cache)
+    assert not (project.root / "build" / "prog").exists()
+    again = project.scons("archs=x86_64,sm_80,gfx90a", cache)
+    assert again.commands == [], again.output
+    assert len(again.retrieved) >= 2 + 2 * 3 + 2 + 2 + 2 + 1
+    # A build for a subset of the targets takes every device node from the cache.
+    project.scons("-c", "archs=x86_64,sm_80,gfx90a", cache)
+    subset = project.scons("archs=x86_64,gfx90a", cache)
+    assert subset.count("HOST") == 0 and subset.count("DEVICE") == 0, subset.output
+    assert any("gfx90a.dev.bc" in line for line in subset.retrieved)
+    assert project.run_program().returncode == 0
+
+
+@pytest.mark.parametrize("archs, expected", [
+    ("x86_64,gfx9999", "unknown"),
+    ("x86_64,sm_80,gfx90a:xnack", "gfx90a:xnack"),
+    ("gfx90a:foo+", "foo"),
+    ("gfx90a,gfx90a:xnack+", "'gfx90a' and 'gfx90a:xnack+'"),
+    ("gfx908:sramecc+:xnack+,gfx908:xnack+", "'gfx908:sramecc+:xnack+' and 'gfx908:xnack+'"),
+])
+def test_bad_target_ids_fail_before_any_compile(project, archs, expected):
+    failed = project.scons(f"archs={archs}", check=False)
+    assert failed.returncode != 0
+    assert failed.commands == []
+    assert "OFFLOAD_ARCHS" in failed.output and expected in failed.output
+    assert "Traceback" not in failed.output
+    assert not (project.root / "build").exists() or not any((project.root / "build").iterdir())
+
+
+def test_missing_toolchain_fails_before_any_compile(project):
+    env = dict(os.environ, OFFLOAD_CLANG="/nonexistent/clang-19")
+    failed = project.scons(env=env, check=False)
+    assert failed.returncode != 0 and failed.commands == []
+    assert "/nonexistent/clang-19" in failed.output and "apt-get install clang-19" in failed.output
+    assert "Traceback" not in failed.output
+
+
+def test_missing_ptxas_fails_before_any_compile(project, tmp_path):
+    env = dict(os.environ, CUDA_PATH=str(tmp_path / "no-cuda"), PATH="/usr/bin:/bin")
+    failed = project.scons("archs=x86_64,sm_80", env=env, check=False)
+    assert failed.returncode != 0 and failed.commands == []
+    assert "ptxas" in failed.output and "CUDA" in failed.output
+
+
+def test_a_failed_compile_leaves_no_output_that_looks_up_to_date(project):
+    project.scons()
+    good = (project.root / "src" / "scale.cpp").read_text()
+    (project.root / "src" / "scale.cpp").write_text(good + "\nthis is not C++;\n")
+    failed = project.scons(check=False)
+    assert failed.returncode != 0
+    assert not (project.root / "build" / "scale.host.bc").exists()
+    assert not list((project.root / "build").glob("*.partial"))
+    (project.root / "src" / "scale.cpp").write_text(good)
+    fixed = project.scons()
+    assert fixed.count("HOST") == 1
+    assert project.run_program().returncode == 0
+
+
+def test_program_matches_the_one_command_driver_build(project):
+    project.scons()
+    ours = project.run_program()
+    mono = project.root / "mono"
+    subprocess.run(["clang++-19", "-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu", "-O1",
+                    "-Iinclude", "src/main.cpp", "src/scale.cpp", "-o", str(mono)],
+                   cwd=project.root, check=True)
+    theirs = subprocess.run([str(mono)], capture_output=True, text=True,
+                            env=dict(os.environ, OMP_TARGET_OFFLOAD="MANDATORY",
+                                     LD_LIBRARY_PATH="/usr/lib/llvm-19/lib"))
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout) == (0, "on_device=1 sum=6048\n")
+
+
+def test_static_library_of_fat_objects(project):
+    (project.root / "src" / "SConscript").write_text(textwrap.dedent("""
+        Import("env")
+        lib = env.OffloadStaticLibrary("scale", ["scale.cpp"])
+        env.OffloadProgram("prog", ["main.cpp"], LIBS=[lib])
+    """))
+    build = project.scons("archs=x86_64")
+    assert build.count("AR") == 1
+    assert project.run_program().returncode == 0
+
+
+def test_site_scons_shim_loads_the_tool(project):
+    site = project.root / "site_scons" / "site_tools"
+    site.mkdir(parents=True)
+    shutil.copytree(REPO_ROOT / "site_scons" / "site_tools" / "offload", site / "offload")
+    (project.root / "SConstruct").write_text(
+        SCONSTRUCT.replace("toolpath=[offload_builders.scons.toolpath()],", "")
+                  .replace('tools=["default", "offload"]', 'tools=["default"]')
+                  .replace("SConscript(", 'env.Tool("offload")\nSConscript(')
+    )
+    build = project.scons()
+    assert build.count("LINK") == 1
+    assert project.run_program().returncode == 0
