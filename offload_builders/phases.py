@@ -23,9 +23,12 @@ This module has no SCons imports; the SCons tool and the CLIs are thin layers ov
 """
 from __future__ import annotations
 
+import atexit
 import functools
+import json
 import os
 import shlex
+import threading
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -139,9 +142,72 @@ def _value_after(argv: Sequence[str], flag: str) -> str | None:
     return None
 
 
+class ProbeCache:
+    """Driver probe results kept on disk, so a no-op rebuild spawns no ``clang -###`` at all.
+
+    Keys name the driver binary by path, size and modification time, so an upgraded compiler is
+    probed again. The file is rewritten (atomically) at exit only when something new was probed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._dirty = False
+        try:
+            loaded = json.loads(self.path.read_text())
+            self._entries: dict[str, list[list[str]]] = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            self._entries = {}
+        atexit.register(self.save)
+
+    @staticmethod
+    def key(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> str:
+        # The invoked name matters (clang and clang++ are one binary in two driver modes), and so
+        # does the binary behind it.
+        real = os.path.realpath(driver)
+        stat = os.stat(real)
+        return json.dumps([os.path.abspath(driver), real, stat.st_size, stat.st_mtime_ns, language, flags, cwd])
+
+    def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
+        jobs = self._entries.get(key)
+        return None if jobs is None else tuple(tuple(job) for job in jobs)
+
+    def put(self, key: str, jobs: tuple[tuple[str, ...], ...]) -> None:
+        with self._lock:
+            self._entries[key] = [list(job) for job in jobs]
+            self._dirty = True
+
+    def save(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            partial = self.path.with_name(self.path.name + ".partial")
+            try:
+                partial.write_text(json.dumps(self._entries))
+                os.replace(partial, self.path)
+            except OSError:
+                return  # a read-only tree only loses the cache, never the build
+            self._dirty = False
+
+
+_PROBE_CACHES: dict[str, ProbeCache] = {}
+
+
+def probe_cache(path: str | os.PathLike[str]) -> ProbeCache:
+    """One :class:`ProbeCache` per file per process."""
+    key = os.path.abspath(path)
+    if key not in _PROBE_CACHES:
+        _PROBE_CACHES[key] = ProbeCache(key)
+    return _PROBE_CACHES[key]
+
+
 @functools.lru_cache(maxsize=512)
-def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> tuple[tuple[str, ...], ...]:
+def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str,
+           cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
     """Run ``driver -### -c`` on a probe source and return the jobs it would run (memoized)."""
+    key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
+    if cache is not None and (cached := cache.get(key)) is not None:
+        return cached
     extension = ".c" if language == "c" else ".cpp"
     with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
         source = Path(scratch) / f"{_PROBE_STEM}{extension}"
@@ -154,7 +220,10 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> tupl
     if done.returncode != 0:
         message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
         raise ProbeError(f"{driver} rejected the offload flags {' '.join(flags)}: {message}")
-    return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
+    jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
+    if cache is not None:
+        cache.put(key, jobs)
+    return jobs
 
 
 def _is_cc1(job: Sequence[str]) -> bool:
@@ -219,18 +288,20 @@ def _image_spec(packager_job: Sequence[str]) -> tuple[str, ...]:
 class PhaseModel:
     """Per-phase command templates for one toolchain, derived from its driver and memoized.
 
-    ``cwd`` is the directory the commands will run in (the driver records it in debug info).
+    ``cwd`` is the directory the commands will run in (the driver records it in debug info);
+    ``cache``, when given, keeps probe results across processes.
     """
 
-    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str]) -> None:
+    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str], cache: ProbeCache | None = None) -> None:
         self.toolchain = toolchain
         self.cwd = str(cwd)
+        self.cache = cache
 
     def driver(self, language: str) -> str:
         return str(self.toolchain.clangxx if language == "c++" else self.toolchain.clang)
 
     def _jobs(self, language: str, flags: Iterable[str]) -> tuple[tuple[str, ...], ...]:
-        return _probe(self.driver(language), language, tuple(flags), self.cwd)
+        return _probe(self.driver(language), language, tuple(flags), self.cwd, self.cache)
 
     def host_steps(self, language: str, flags: Sequence[str] = ()) -> HostSteps:
         """Templates for the host front end and the embed step (independent of the targets)."""

@@ -146,3 +146,24 @@ def test_rejected_flags_are_a_probe_error(model):
 def test_parse_driver_jobs_keeps_quoted_arguments():
     text = ' "/bin/clang" "-cc1" "-o" "a b.o"\nclang version 19\n "/bin/ptxas" "-c"\n'
     assert parse_driver_jobs(text) == [["/bin/clang", "-cc1", "-o", "a b.o"], ["/bin/ptxas", "-c"]]
+
+
+def test_probe_cache_survives_the_process_and_notices_a_new_compiler(tmp_path, model):
+    from offload_builders.phases import ProbeCache
+
+    driver = tmp_path / "clang++"
+    driver.symlink_to(model.toolchain.clangxx)
+    cache = ProbeCache(tmp_path / "probes.json")
+    flags = ("-O2", "--offload-arch=sm_80", "-nogpulib")
+    jobs = _probe(str(driver), "c++", flags, model.cwd, cache)
+    cache.save()
+    reloaded = ProbeCache(tmp_path / "probes.json")
+    key = ProbeCache.key(str(driver), "c++", flags, model.cwd)
+    assert reloaded.get(key) == jobs
+    # clang and clang++ are one binary in two driver modes: different keys.
+    assert ProbeCache.key(str(model.toolchain.clang), "c++", flags, model.cwd) != \
+        ProbeCache.key(str(model.toolchain.clangxx), "c++", flags, model.cwd)
+    # A different compiler behind the same name is a miss.
+    driver.unlink()
+    driver.symlink_to(model.toolchain.tool("clang-offload-packager"))
+    assert ProbeCache.key(str(driver), "c++", flags, model.cwd) != key

@@ -32,7 +32,7 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders.errors import OffloadError
-from offload_builders.phases import DeviceSteps, HostSteps, PhaseModel, language_of
+from offload_builders.phases import DeviceSteps, HostSteps, PhaseModel, language_of, probe_cache
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain
 
@@ -43,6 +43,7 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_TARGET_FLAGS": {},
     "OFFLOAD_LINKFLAGS": [],
     "OFFLOAD_PARTIAL_SUFFIX": ".partial",
+    "OFFLOAD_PROBE_CACHE": ".sconsign.offload-probes.json",  # relative to the top directory; '' disables
     "OFFLOAD_HOSTCOM": "$_OFFLOAD_HOST_CC1",
     "OFFLOAD_DEVICECOM": "$_OFFLOAD_DEVICE_CC1",
     "OFFLOAD_ASSEMBLECOM": "$_OFFLOAD_ASSEMBLE_CMD",
@@ -76,7 +77,9 @@ def _toolchain(env) -> Toolchain:
 
 
 def _model(env) -> PhaseModel:
-    return PhaseModel(_toolchain(env), env.Dir("#").abspath)
+    top = env.Dir("#").abspath
+    cache = probe_cache(os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE"))) if env.get("OFFLOAD_PROBE_CACHE") else None
+    return PhaseModel(_toolchain(env), top, cache)
 
 
 def selected_targets(env) -> tuple[TargetID, ...]:
