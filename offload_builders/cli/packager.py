@@ -1,0 +1,270 @@
+"""``offload-packager``: a drop-in for ``clang-offload-packager`` (LLVM 19 behaviour, any enum version).
+
+Bundle mode (``-o <file>``) writes one OffloadBinary per ``--image=file=...,triple=...[,key=value...]``
+(several ``file=`` in one ``--image`` give one binary each), byte-identical to Clang's packager. Extract
+mode (a positional input, no ``-o``) writes the images of the binaries matching each ``--image`` filter,
+named ``<stem>-<triple>-<arch>.<index>.<ext>`` unless ``file=`` is given, or into an archive with
+``--archive``. ``--llvm-version`` (default 19) selects the kind enum values (HIP is 3 before LLVM 21, 4
+after).
+
+Every failure is one line on stderr (``offload-packager: error: ...``, naming the file and, for malformed
+input, the byte offset) and exit status 1; outputs appear atomically, so a failed run leaves none.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from offload_builders import __version__
+from offload_builders.errors import OffloadError
+from offload_builders.formats.offload_binary import (
+    KindTable,
+    OffloadingImage,
+    atomic_output,
+    kind_table,
+    packager_arguments,
+    write_offload_binaries,
+)
+
+PROG = "offload-packager"
+DEFAULT_LLVM_VERSION = 19
+
+_HELP = f"""OVERVIEW: A utility for bundling several object files into a single binary.
+The output binary can then be embedded into the host section table
+to create a fatbinary containing offloading code.
+
+USAGE: {PROG} [options] Extract from <file>.
+
+OPTIONS:
+  --archive                   - Write extracted files to a static archive
+  --image=<<key>=<value>,...> - List of key and value arguments. Required keywords are 'file' and 'triple'.
+  --llvm-version=<N>          - LLVM release whose enum values to use (default {DEFAULT_LLVM_VERSION})
+  -o <file>                   - Write output to <file>.
+  --help                      - Display available options
+  --version                   - Display the version of this program
+"""
+
+
+class _Fail(Exception):
+    """A user error: printed as one ``error:`` line, exit status 1."""
+
+
+@dataclass
+class _Options:
+    output: str | None = None
+    input: str | None = None
+    images: list[str] = field(default_factory=list)
+    archive: bool = False
+    llvm_version: int = DEFAULT_LLVM_VERSION
+    help: bool = False
+    version: bool = False
+
+
+def _parse(argv: Sequence[str]) -> _Options:
+    """Parse like LLVM's ``cl::opt``: ``-x`` and ``--x`` alike, values as ``-o f``, ``-o=f`` or ``--image=...``."""
+    opts = _Options()
+    seen_output = False
+    args = list(argv)
+    i = 0
+    positional_only = False
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if positional_only or arg == "-" or not arg.startswith("-"):
+            if opts.input is not None:
+                raise _Fail(f"Too many positional arguments specified! Can specify at most 1 positional argument: "
+                            f"See: {PROG} --help")
+            opts.input = arg
+            continue
+        if arg == "--":
+            positional_only = True
+            continue
+        name, has_value, value = arg.lstrip("-").partition("=")
+        if name in ("o", "image", "llvm-version"):
+            if not has_value:
+                if i >= len(args):
+                    raise _Fail(f"for the -{name} option: requires a value!")
+                value = args[i]
+                i += 1
+            if name == "o":
+                if seen_output:
+                    raise _Fail("for the -o option: may only occur zero or one times!")
+                seen_output = True
+                opts.output = value
+            elif name == "image":
+                opts.images.append(value)
+            else:
+                try:
+                    opts.llvm_version = int(value)
+                    kind_table(opts.llvm_version)
+                except ValueError:
+                    raise _Fail(f"for the --llvm-version option: '{value}' is not an LLVM release with "
+                                "OffloadBinary (15 or later)") from None
+        elif name == "archive":
+            if has_value and value not in ("true", "false", "1", "0", "TRUE", "FALSE", "True", "False"):
+                raise _Fail(f"for the --archive option: '{value}' is invalid value for boolean argument! Try 0 or 1")
+            opts.archive = not has_value or value in ("true", "1", "TRUE", "True")
+        elif name in ("help", "h", "help-list", "help-hidden"):
+            opts.help = True
+        elif name == "version":
+            opts.version = True
+        else:
+            raise _Fail(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+    return opts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the packager; returns the exit status (0, or 1 after printing one error line)."""
+    try:
+        try:
+            opts = _parse(sys.argv[1:] if argv is None else argv)
+        except _Fail as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 1
+        if opts.help:
+            sys.stdout.write(_HELP)
+            return 0
+        if opts.version:
+            print(f"{PROG} (offload-builders {__version__}; clang-offload-packager compatible)")
+            return 0
+        if opts.input and opts.output:
+            raise _Fail("Packaging to an output file and extracting from an input file are mutually exclusive.")
+        table = kind_table(opts.llvm_version)
+        if opts.output:
+            _bundle(opts, table)
+        elif opts.input:
+            _extract(opts, table)
+        return 0
+    except _Fail as exc:
+        _error(str(exc))
+    except OffloadError as exc:
+        _error(str(exc))
+    except OSError as exc:
+        _error(_os_message(exc))
+    except KeyboardInterrupt:
+        _error("interrupted")
+    except Exception as exc:  # never a traceback: report the bug on one line
+        _error(f"internal error: {type(exc).__name__}: {exc}")
+    return 1
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def _os_message(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"'{os.fsdecode(exc.filename)}': {reason}"
+    return reason
+
+
+def _spool_stdin() -> str:
+    """Copy standard input to a temporary file (removed by the caller) so it can be streamed and sized."""
+    fd, path = tempfile.mkstemp(prefix="offload-packager-stdin-")
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+    return path
+
+
+def _llvm_extension(path: str) -> str:
+    """``sys::path::extension(path).drop_front()``: text after the last '.' of the file name."""
+    name = path.rsplit("/", 1)[-1] or "."
+    if name in (".", ".."):
+        return ""
+    dot = name.rfind(".")
+    return "" if dot < 0 else name[dot + 1:]
+
+
+def _llvm_stem(path: str) -> str:
+    """``sys::path::stem(path)``: the file name without its last extension (".x" has stem "")."""
+    name = path.rsplit("/", 1)[-1] or "."
+    if name in (".", ".."):
+        return name
+    dot = name.rfind(".")
+    return name if dot < 0 else name[:dot]
+
+
+def _bundle(opts: _Options, table: KindTable) -> None:
+    temporaries: list[str] = []
+    try:
+        images: list[OffloadingImage] = []
+        for spec in opts.images:
+            pairs = packager_arguments(spec)
+            values = dict(pairs)
+            if "triple" not in values or "file" not in values:
+                raise _Fail("'file' and 'triple' are required image arguments")
+            strings = tuple((k, v) for k, v in pairs if k not in ("file", "kind"))
+            offload_kind = table.offload_value_for_name(values["kind"]) if "kind" in values else 0
+            for name in values["file"].split(","):
+                path = name
+                if name == "-":
+                    path = _spool_stdin()
+                    temporaries.append(path)
+                with open(path, "rb") as f:
+                    magic = f.read(4)
+                if magic == b"BC\xc0\xde" or magic == b"\xde\xc0\x17\x0b":
+                    image_kind = 2  # IMG_Bitcode, whatever the extension (Clang names LTO bitcode ".o")
+                else:
+                    image_kind = table.image_value_for_extension(_llvm_extension(name))
+                images.append(OffloadingImage(path, image_kind, offload_kind, 0, strings))
+        write_offload_binaries(images, opts.output or "")
+    finally:
+        for path in temporaries:
+            os.unlink(path)
+
+
+def _extract(opts: _Options, table: KindTable) -> None:
+    from offload_builders.formats.containers import ArchiveMember, extract_offload_binaries, write_archive
+
+    assert opts.input is not None
+    spooled = None
+    try:
+        if opts.input == "-":
+            spooled = _spool_stdin()
+            found = extract_offload_binaries(spooled, display="<stdin>")
+        else:
+            found = extract_offload_binaries(opts.input)
+        stem = _llvm_stem(opts.input)
+        for spec in opts.images:
+            pairs = packager_arguments(spec)
+            values = dict(pairs)
+
+            def matches(key: str, value: str, binary: object) -> bool:
+                if key == "file":
+                    return True
+                if key == "kind":
+                    return binary.offload_kind == table.offload_value_for_name(value)  # type: ignore[attr-defined]
+                return binary.string(key) == value  # type: ignore[attr-defined]
+
+            chosen = [f for f in found if all(matches(k, v, f.binary) for k, v in pairs)]
+            if not chosen:
+                continue
+            if opts.archive:
+                if "file" not in values:
+                    raise _Fail("Image must have a 'file' argument.")
+                write_archive([ArchiveMember.image_of(f) for f in chosen], values["file"])
+            elif "file" in values:
+                if len(chosen) > 1:
+                    print(f"{PROG}: warning: Multiple inputs match to a single file, '{values['file']}'",
+                          file=sys.stderr)
+                with atomic_output(values["file"]) as fd:
+                    chosen[-1].copy_image(fd)
+            else:
+                for index, item in enumerate(chosen):
+                    binary = item.binary
+                    name = (f"{stem}-{binary.triple}-{binary.arch}.{index}."
+                            f"{table.image_kind_name(binary.image_kind)}")
+                    with atomic_output(name) as fd:
+                        item.copy_image(fd)
+    finally:
+        if spooled is not None:
+            os.unlink(spooled)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

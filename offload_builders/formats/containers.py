@@ -1,0 +1,661 @@
+"""Finding offload binaries where Clang puts them, and writing the archives ``--archive`` produces.
+
+:func:`extract_offload_binaries` follows LLVM 19's ``object::extractOffloadBinaries`` (which is what
+``clang-offload-packager <input>`` and ``clang-linker-wrapper`` use), dispatching on the magic bytes:
+
+* a raw OffloadBinary (``10 FF 10 AD``): the back-to-back binaries filling the file;
+* an ELF relocatable object, executable or shared object: every section of type
+  ``SHT_LLVM_OFFLOADING`` (``0x6fff4c0b``), found with pyelftools;
+* an ``ar`` archive (GNU, BSD or thin; nested archives too): every member, recursively;
+* LLVM bitcode (a host object compiled with ``-flto``): each global named by the ``!llvm.embedded.objects``
+  metadata with section string ``.llvm.offloading``, read through llvmlite (whose LLVM 22 reads the
+  bitcode Clang 19 writes), the initializer bytes parsed as binaries;
+* anything else: nothing, and no error (as in LLVM).
+
+Binaries in files are never loaded: each result records its file and absolute offsets, and
+:meth:`FoundBinary.copy_image` streams the image out. Only bitcode initializers live in memory.
+
+Every malformed container ends in :class:`~offload_builders.errors.OffloadFormatError` naming the file
+(and archive member) and the byte offset; malformed binaries in
+:class:`~offload_builders.errors.OffloadBinaryFormatError`.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import re
+import codecs
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from offload_builders.errors import OffloadError, OffloadFormatError
+from offload_builders.formats.offload_binary import (
+    MAGIC,
+    OffloadBinary,
+    atomic_output,
+    copy_file_range_stream,
+    iter_offload_binaries,
+)
+
+__all__ = [
+    "SHT_LLVM_OFFLOADING",
+    "ArchiveMember",
+    "ContainerKind",
+    "FoundBinary",
+    "Origin",
+    "archive_symbols",
+    "extract_offload_binaries",
+    "identify",
+    "write_archive",
+]
+
+SHT_LLVM_OFFLOADING = 0x6FFF4C0B
+_MAX_DEPTH = 16  # archives nested (or thin archives referring to archives) deeper than this are refused
+
+_ELF_MAGIC = b"\x7fELF"
+_AR_MAGIC = b"!<arch>\n"
+_THIN_MAGIC = b"!<thin>\n"
+_BC_MAGIC = b"BC\xc0\xde"
+_BC_WRAPPER_MAGIC = b"\xde\xc0\x17\x0b"
+
+
+class ContainerKind(enum.Enum):
+    """What kind of file holds the binaries (LLVM's ``identify_magic`` classes that matter here)."""
+
+    OFFLOAD_BINARY = "offload binary"
+    ELF_RELOCATABLE = "ELF relocatable"
+    ELF_EXECUTABLE = "ELF executable"
+    ELF_SHARED_OBJECT = "ELF shared object"
+    ARCHIVE = "archive"
+    THIN_ARCHIVE = "thin archive"
+    BITCODE = "LLVM bitcode"
+    OTHER = "other"
+
+
+def identify(head: bytes) -> ContainerKind:
+    """Classify a file by its first bytes (at least 18 are needed to tell ELF types apart).
+
+    ELF ``ET_DYN`` is reported as a shared object here, as ``identify_magic`` does; the extractor
+    refines it to an executable when the file has a ``PT_INTERP`` segment (a PIE).
+    """
+    if head.startswith(MAGIC):
+        return ContainerKind.OFFLOAD_BINARY
+    if head.startswith(_AR_MAGIC):
+        return ContainerKind.ARCHIVE
+    if head.startswith(_THIN_MAGIC):
+        return ContainerKind.THIN_ARCHIVE
+    if head.startswith(_BC_MAGIC) or head.startswith(_BC_WRAPPER_MAGIC):
+        return ContainerKind.BITCODE
+    if head.startswith(_ELF_MAGIC) and len(head) >= 18:
+        little = head[5] != 2
+        e_type = head[16] | (head[17] << 8) if little else (head[16] << 8) | head[17]
+        return {1: ContainerKind.ELF_RELOCATABLE, 2: ContainerKind.ELF_EXECUTABLE,
+                3: ContainerKind.ELF_SHARED_OBJECT}.get(e_type, ContainerKind.OTHER)
+    return ContainerKind.OTHER
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a binary was found, for messages and for naming what is extracted."""
+
+    file: str  # the file on disk whose bytes hold it (binary offsets are absolute in this file)
+    container: ContainerKind  # the innermost container the binary sits in
+    members: tuple[str, ...] = ()  # archive member names, outermost first
+    section: str | None = None  # ELF section name, or ".llvm.offloading" for bitcode
+    symbol: str | None = None  # bitcode: the global whose initializer holds the binary
+    display: str | None = None  # how the user named ``file`` (e.g. "-" for standard input)
+
+    @property
+    def identifier(self) -> str:
+        """LLVM's buffer identifier: the innermost member name, else the input name as given."""
+        if self.members:
+            return self.members[-1]
+        return self.display if self.display is not None else self.file
+
+    def __str__(self) -> str:
+        text = self.display if self.display is not None else self.file
+        for member in self.members:
+            text += f"({member})"
+        if self.symbol is not None:
+            text += f": global @{self.symbol}"
+        if self.section is not None:
+            text += f": section {self.section}"
+        return text
+
+
+@dataclass(frozen=True)
+class FoundBinary:
+    """One offload binary and where it came from."""
+
+    binary: OffloadBinary
+    origin: Origin
+
+    @property
+    def offset(self) -> int:
+        """Absolute offset of the binary in ``origin.file`` (in the initializer, for bitcode)."""
+        return self.binary.offset
+
+    def describe(self) -> str:
+        """A one-line location, e.g. ``lib.a(x.o): section .llvm.offloading: offset 0x1f8``."""
+        where = "initializer offset" if self.binary.data is not None else "offset"
+        return f"{self.origin}: {where} {self.binary.offset:#x}"
+
+    def read_image(self) -> bytes:
+        """The image bytes (in memory)."""
+        return self.binary.read_image(self._source())
+
+    def copy_image(self, dst: BinaryIO | int) -> None:
+        """Stream the image into ``dst`` (a binary file or a file descriptor)."""
+        self.binary.copy_image(dst, self._source())
+
+    def _source(self) -> Any:
+        return self.binary.data if self.binary.data is not None else self.origin.file
+
+
+# --------------------------------------------------------------------------------------------------
+# A window onto part of a file, so pyelftools can read an archive member in place.
+
+
+class _Window:
+    """A read-only, seekable view of ``[start, start + size)`` of an open file."""
+
+    def __init__(self, f: BinaryIO, start: int, size: int) -> None:
+        self._f = f
+        self._start = start
+        self._size = size
+        self._pos = 0
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, count: int = -1) -> bytes:
+        left = max(0, self._size - self._pos)
+        count = left if count is None or count < 0 else min(count, left)
+        if count == 0:
+            return b""
+        self._f.seek(self._start + self._pos)
+        data = self._f.read(count)
+        self._pos += len(data)
+        return data
+
+
+# --------------------------------------------------------------------------------------------------
+# Extraction.
+
+
+@dataclass
+class _Walk:
+    include_shared_objects: bool
+    results: list[FoundBinary] = field(default_factory=list)
+
+
+def extract_offload_binaries(path: str | os.PathLike[str], *, include_shared_objects: bool = True,
+                             display: str | None = None) -> list[FoundBinary]:
+    """Every offload binary in the file at ``path``, in the order LLVM 19 finds them.
+
+    ``include_shared_objects=False`` skips ELF shared objects (not PIE executables), as
+    ``clang-linker-wrapper`` does for its inputs. ``display`` is the name to report instead of ``path``
+    (e.g. "-" when the data came from standard input). Files that hold no offload data give ``[]``.
+    """
+    fspath = os.fspath(path)
+    walk = _Walk(include_shared_objects)
+    with open(fspath, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        _extract_region(walk, f, fspath, 0, size, (), display, 0)
+    return walk.results
+
+
+def _fail(message: str, origin_file: str, members: tuple[str, ...], display: str | None, offset: int) -> OffloadFormatError:
+    name = display if display is not None else origin_file
+    for member in members:
+        name += f"({member})"
+    return OffloadFormatError(message, path=name, offset=offset)
+
+
+def _extract_region(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
+                    display: str | None, depth: int) -> None:
+    f.seek(start)
+    head = f.read(min(size, 64))
+    kind = identify(head)
+    if kind is ContainerKind.OFFLOAD_BINARY:
+        origin = Origin(file, kind, members, None, None, display)
+        for binary in iter_offload_binaries(f, start, start + size, path=_label(file, members, display)):
+            walk.results.append(FoundBinary(_with_path(binary, file), origin))
+    elif kind in (ContainerKind.ELF_RELOCATABLE, ContainerKind.ELF_EXECUTABLE, ContainerKind.ELF_SHARED_OBJECT):
+        _extract_elf(walk, f, file, start, size, members, display, kind)
+    elif kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE):
+        if depth >= _MAX_DEPTH:
+            raise _fail(f"archives nested more than {_MAX_DEPTH} deep", file, members, display, start)
+        _extract_archive(walk, f, file, start, size, members, display, depth, kind is ContainerKind.THIN_ARCHIVE)
+    elif kind is ContainerKind.BITCODE:
+        f.seek(start)
+        _extract_bitcode(walk, f.read(size), file, start, members, display)
+
+
+def _label(file: str, members: tuple[str, ...], display: str | None) -> str:
+    text = display if display is not None else file
+    for member in members:
+        text += f"({member})"
+    return text
+
+
+def _with_path(binary: OffloadBinary, file: str) -> OffloadBinary:
+    """The binary with ``path`` set to the real file, so its image can be read from there."""
+    return OffloadBinary(binary.offset, binary.header, binary.entry, binary.strings, file, binary.data)
+
+
+def _extract_elf(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
+                 display: str | None, kind: ContainerKind) -> None:
+    from elftools.elf.elffile import ELFFile  # imported lazily: the packager's bundle path does not need it
+
+    label = _label(file, members, display)
+    sections: list[tuple[str, int, int]] = []
+    at = start
+    try:
+        elf = ELFFile(_Window(f, start, size))  # type: ignore[arg-type]
+        shentsize = elf["e_shentsize"]
+        at = start + elf["e_shoff"]
+        count = elf.num_sections()
+        if count:
+            if shentsize < elf.structs.Elf_Shdr.sizeof():
+                raise OffloadFormatError(f"e_shentsize {shentsize} is smaller than a section header",
+                                         path=label, offset=start)
+            if elf["e_shoff"] > size or count > (size - elf["e_shoff"]) // shentsize:
+                raise OffloadFormatError(f"section header table ({count} entries) runs past the end of the file",
+                                         path=label, offset=start + elf["e_shoff"])
+        if kind is ContainerKind.ELF_SHARED_OBJECT and _has_interpreter(elf):
+            kind = ContainerKind.ELF_EXECUTABLE
+        if kind is ContainerKind.ELF_SHARED_OBJECT and not walk.include_shared_objects:
+            return
+        for index in range(count):
+            at = start + elf["e_shoff"] + index * shentsize
+            section = elf.get_section(index)
+            if section["sh_type"] not in (SHT_LLVM_OFFLOADING, "SHT_LLVM_OFFLOADING"):
+                continue
+            sections.append((section.name, section["sh_offset"], section["sh_size"]))
+    except OffloadError:
+        raise
+    except Exception as exc:  # pyelftools reports malformed input with many exception types
+        raise OffloadFormatError(f"malformed ELF file: {exc}", path=label, offset=at) from None
+    for name, offset, length in sections:
+        if offset > size or length > size - offset:
+            raise OffloadFormatError(f"section {name} [{offset:#x}, {offset + length:#x}) runs past the end "
+                                     f"of the file ({size:#x} bytes)", path=label, offset=start + offset)
+        origin = Origin(file, kind, members, name, None, display)
+        for binary in iter_offload_binaries(f, start + offset, start + offset + length, path=label):
+            walk.results.append(FoundBinary(_with_path(binary, file), origin))
+
+
+def _has_interpreter(elf: Any) -> bool:
+    """Whether an ``ET_DYN`` file is a position-independent executable (it has ``PT_INTERP``)."""
+    count = elf["e_phnum"]
+    if count == 0 or count >= 0xFFFF:
+        return False
+    return any(segment["p_type"] == "PT_INTERP" for segment in elf.iter_segments())
+
+
+# --- ar archives ----------------------------------------------------------------------------------
+
+_AR_HEADER = struct.Struct("16s12s6s6s8s10s2s")  # name, date, uid, gid, mode, size, "`\n"
+
+
+@dataclass(frozen=True)
+class _Member:
+    name: str
+    header_offset: int
+    data_offset: int
+    size: int
+
+
+def _iter_archive(f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...], display: str | None,
+                  thin: bool) -> Iterator[_Member]:
+    """The regular members of the archive at ``[start, start + size)``, with bounds checked."""
+    label = _label(file, members, display)
+    end = start + size
+    pos = start + len(_AR_MAGIC)
+    long_names: bytes | None = None
+    while pos < end:
+        if end - pos < _AR_HEADER.size:
+            raise OffloadFormatError(f"truncated archive member header ({end - pos} bytes left, 60 needed)",
+                                     path=label, offset=pos)
+        f.seek(pos)
+        raw_name, _date, _uid, _gid, _mode, raw_size, magic = _AR_HEADER.unpack(f.read(_AR_HEADER.size))
+        if magic != b"`\n":
+            raise OffloadFormatError("archive member header does not end in '`\\n'", path=label, offset=pos + 58)
+        text = raw_size.rstrip(b" ")
+        if not text.isdigit():
+            raise OffloadFormatError(f"archive member size {raw_size!r} is not a decimal number", path=label,
+                                     offset=pos + 48)
+        member_size = int(text)
+        data = pos + _AR_HEADER.size
+        name = raw_name.rstrip(b" ")
+        special = name in (b"/", b"/SYM64/", b"//")
+        stored = 0 if thin and not special else member_size  # thin archives keep member data elsewhere
+        if stored > end - data:
+            raise OffloadFormatError(f"archive member of {member_size} bytes runs past the end of the archive",
+                                     path=label, offset=pos + 48)
+        next_pos = data + stored + ((data + stored - start) & 1)
+        if name == b"//":
+            f.seek(data)
+            long_names = f.read(member_size)
+        elif name in (b"/", b"/SYM64/"):
+            pass
+        elif name.startswith(b"#1/"):
+            digits = name[3:]
+            if not digits.isdigit() or int(digits) > member_size:
+                raise OffloadFormatError(f"bad BSD archive member name length {digits!r}", path=label, offset=pos)
+            f.seek(data)
+            real = f.read(int(digits)).rstrip(b"\0")
+            if not real.startswith(b"__.SYMDEF"):
+                yield _Member(real.decode("utf-8", "surrogateescape"), pos, data + int(digits),
+                              member_size - int(digits))
+        elif name.startswith(b"/") and name[1:].isdigit():
+            index = int(name[1:])
+            if long_names is None or index >= len(long_names):
+                raise OffloadFormatError(f"long member name /{index} has no entry in the name table", path=label,
+                                         offset=pos)
+            stop = long_names.find(b"\n", index)
+            real = long_names[index:len(long_names) if stop < 0 else stop]
+            if real.endswith(b"/"):
+                real = real[:-1]
+            yield _Member(real.decode("utf-8", "surrogateescape"), pos, data, member_size)
+        elif name == b"__.SYMDEF" or name == b"__.SYMDEF SORTED":
+            pass
+        else:
+            if name.endswith(b"/"):
+                name = name[:-1]
+            yield _Member(name.decode("utf-8", "surrogateescape"), pos, data, member_size)
+        pos = next_pos
+
+
+def _extract_archive(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
+                     display: str | None, depth: int, thin: bool) -> None:
+    for member in list(_iter_archive(f, file, start, size, members, display, thin)):
+        if thin:
+            target = member.name if os.path.isabs(member.name) else os.path.join(os.path.dirname(file), member.name)
+            try:
+                with open(target, "rb") as inner:
+                    inner_size = os.fstat(inner.fileno()).st_size
+                    _extract_region(walk, inner, target, 0, inner_size, (), None, depth + 1)
+            except FileNotFoundError:
+                raise _fail(f"thin archive member {member.name!r} is missing", file, members, display,
+                            member.header_offset) from None
+            continue
+        _extract_region(walk, f, file, member.data_offset, member.size, members + (member.name,), display, depth + 1)
+
+
+# --- LLVM bitcode ---------------------------------------------------------------------------------
+
+_NAMED_MD = re.compile(r"^!llvm\.embedded\.objects = !\{(.*)\}$", re.M)
+_MD_NODE = re.compile(r"^!(\d+) = (?:distinct )?!\{(.*)\}$", re.M)
+_GLOBAL_NAME = r'@(?:"(?:[^"\\]|\\[0-9A-Fa-f]{2})*"|[-a-zA-Z$._0-9]+)'
+_EMBED_OPERANDS = re.compile(r'^ptr (' + _GLOBAL_NAME + r'), !"((?:[^"\\]|\\[0-9A-Fa-f]{2})*)"(?:,|$)')
+_INT_ARRAY = re.compile(r"^\[(\d+) x i(8|16|32|64)\] \[(.*)\]")
+
+
+def _unescape_ir(text: str) -> bytes:
+    """Decode LLVM's printed string escapes (``\\XX`` hex; everything else is printable ASCII)."""
+    raw = text.encode("latin-1")
+    if b"\\" not in raw:
+        return raw
+    return codecs.escape_decode(raw.replace(b"\\", b"\\x"))[0]  # type: ignore[no-any-return]
+
+
+def _embedded_objects(data: bytes, label: str, offset: int) -> list[tuple[str, bytes]]:
+    """``(global name, initializer bytes)`` for each ``!llvm.embedded.objects`` entry naming
+    ``.llvm.offloading``, skipping what LLVM's ``extractFromBitcode`` skips."""
+    import llvmlite.binding as llvm  # imported lazily: loading LLVM costs ~0.1 s
+
+    try:
+        context = llvm.create_context()
+        module = llvm.parse_bitcode(data, context=context)
+    except Exception as exc:  # llvmlite raises RuntimeError with LLVM's message
+        raise OffloadFormatError(f"cannot read LLVM bitcode: {str(exc).strip()}", path=label, offset=offset) from None
+    try:
+        text = str(module)
+    finally:
+        module.close()
+    named = _NAMED_MD.search(text)
+    if named is None:
+        return []
+    nodes = {int(m.group(1)): m.group(2) for m in _MD_NODE.finditer(text)}
+    result: list[tuple[str, bytes]] = []
+    for ref in re.findall(r"!(\d+)", named.group(1)):
+        operands = nodes.get(int(ref))
+        if operands is None:
+            continue
+        m = _EMBED_OPERANDS.match(operands)
+        if m is None or _unescape_ir(m.group(2)) != b".llvm.offloading":
+            continue
+        printed = m.group(1)
+        definition = re.search("^" + re.escape(printed) + r" = (.*)$", text, re.M)
+        if definition is None:
+            continue
+        initializer = _initializer(definition.group(1), printed, label, offset)
+        if initializer is not None:
+            name = printed[1:]
+            if name.startswith('"'):
+                name = _unescape_ir(name[1:-1]).decode("utf-8", "surrogateescape")
+            result.append((name, initializer))
+    return result
+
+
+def _initializer(definition: str, name: str, label: str, offset: int) -> bytes | None:
+    """The bytes of a ``ConstantDataSequential`` initializer, None where LLVM's ``dyn_cast`` fails."""
+    m = re.search(r"\b(?:global|constant) (.*)$", definition)
+    if m is None:
+        return None
+    rest = m.group(1)
+    cstring = re.match(r'\[\d+ x i8\] c"([^"]*)"', rest)
+    if cstring is not None:
+        return _unescape_ir(cstring.group(1))
+    ints = _INT_ARRAY.match(rest)
+    if ints is not None:
+        width = int(ints.group(2)) // 8
+        values = [int(v.split()[1]) for v in ints.group(3).split(", ")]
+        return b"".join((v % (1 << (8 * width))).to_bytes(width, "little") for v in values)
+    if re.match(r"\[\d+ x [^\]]+\] (?:zeroinitializer|undef|poison)\b", rest) or not rest.startswith(("[", "<")):
+        return None  # not a ConstantDataSequential: LLVM skips it too
+    raise OffloadFormatError(f"unsupported initializer of {name} in the embedded-object metadata", path=label,
+                             offset=offset)
+
+
+def _extract_bitcode(walk: _Walk, data: bytes, file: str, start: int, members: tuple[str, ...],
+                     display: str | None) -> None:
+    label = _label(file, members, display)
+    for symbol, blob in _embedded_objects(data, label, start):
+        origin = Origin(file, ContainerKind.BITCODE, members, ".llvm.offloading", symbol, display)
+        for binary in iter_offload_binaries(blob, path=f"{label}: global @{symbol}"):
+            walk.results.append(FoundBinary(binary, origin))
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing GNU archives the way LLVM's writeArchive does (for ``--archive``).
+
+
+@dataclass(frozen=True)
+class ArchiveMember:
+    """One member to write: ``size`` bytes at ``offset`` of ``source`` (a path or the bytes)."""
+
+    name: str
+    source: str | bytes
+    offset: int
+    size: int
+
+    @classmethod
+    def image_of(cls, found: FoundBinary) -> "ArchiveMember":
+        """The raw image of a found binary, named like Clang names it (the buffer identifier)."""
+        source = found.binary.data if found.binary.data is not None else found.origin.file
+        return cls(found.origin.identifier, source, found.binary.image_offset, found.binary.image_size)
+
+    def head(self, count: int) -> bytes:
+        if isinstance(self.source, bytes):
+            return self.source[self.offset:self.offset + min(count, self.size)]
+        with open(self.source, "rb") as f:
+            f.seek(self.offset)
+            return f.read(min(count, self.size))
+
+    def read(self) -> bytes:
+        return self.head(self.size)
+
+
+def archive_symbols(member: ArchiveMember) -> list[bytes]:
+    """The names LLVM's archive writer puts in the symbol table for this member.
+
+    ELF: ``.symtab`` symbols that are not local, not undefined, not section/file symbols. Bitcode: the
+    module's defined, non-local functions then global variables, minus ``llvm.*`` (LLVM's
+    ``ModuleSymbolTable`` flags). Anything else has no symbols.
+    """
+    kind = identify(member.head(64))
+    if kind in (ContainerKind.ELF_RELOCATABLE, ContainerKind.ELF_EXECUTABLE, ContainerKind.ELF_SHARED_OBJECT):
+        return _elf_symbols(member)
+    if kind is ContainerKind.BITCODE:
+        return _bitcode_symbols(member.read(), member.name)
+    return []
+
+
+def _elf_symbols(member: ArchiveMember) -> list[bytes]:
+    import io
+
+    from elftools.common.utils import parse_cstring_from_stream
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        if isinstance(member.source, bytes):
+            stream: Any = io.BytesIO(member.source[member.offset:member.offset + member.size])
+            handle = None
+        else:
+            handle = open(member.source, "rb")
+            stream = _Window(handle, member.offset, member.size)
+        try:
+            elf = ELFFile(stream)
+            names: list[bytes] = []
+            for section in elf.iter_sections():
+                if section["sh_type"] != "SHT_SYMTAB":
+                    continue
+                strtab = elf.get_section(section["sh_link"])
+                for index in range(1, section.num_symbols()):
+                    sym = section.get_symbol(index)
+                    info = sym["st_info"]
+                    if info["bind"] == "STB_LOCAL" or info["type"] in ("STT_SECTION", "STT_FILE"):
+                        continue
+                    if sym["st_shndx"] == "SHN_UNDEF":
+                        continue
+                    names.append(parse_cstring_from_stream(stream, strtab["sh_offset"] + sym["st_name"]) or b"")
+                break  # LLVM uses the first SHT_SYMTAB
+            return names
+        finally:
+            if handle is not None:
+                handle.close()
+    except OffloadError:
+        raise
+    except Exception as exc:
+        raise OffloadFormatError(f"malformed ELF archive member: {exc}", path=member.name) from None
+
+
+def _bitcode_symbols(data: bytes, name: str) -> list[bytes]:
+    import llvmlite.binding as llvm
+
+    try:
+        context = llvm.create_context()
+        module = llvm.parse_bitcode(data, context=context)
+    except Exception as exc:
+        raise OffloadFormatError(f"cannot read LLVM bitcode: {str(exc).strip()}", path=name) from None
+    local = {llvm.Linkage.internal, llvm.Linkage.private}
+    try:
+        names: list[bytes] = []
+        for value in list(module.functions) + list(module.global_variables):
+            if value.is_declaration or value.linkage in local or value.linkage == llvm.Linkage.available_externally:
+                continue
+            symbol = value.name
+            if symbol.startswith("llvm."):
+                continue
+            if not value.is_function and 'section "llvm.metadata"' in str(value):
+                continue
+            names.append(symbol.removeprefix("\x01").encode("utf-8", "surrogateescape"))
+        return names
+    finally:
+        module.close()
+
+
+def _header(name: bytes, mode: bytes, size: int, date: bytes = b"0", ids: bytes = b"0") -> bytes:
+    return (name.ljust(16) + date.ljust(12) + ids.ljust(6) + ids.ljust(6) + mode.ljust(8)
+            + str(size).encode().ljust(10) + b"`\n")
+
+
+def write_archive(members: Sequence[ArchiveMember], output: str | os.PathLike[str]) -> None:
+    """Write a GNU ``ar`` archive as LLVM's ``writeArchive`` does with ``Deterministic`` on.
+
+    Dates, owners 0 and mode 644; a ``/`` symbol table when any member has symbols (``/SYM64/`` beyond
+    4 GiB); names of 16 bytes or more, or containing ``/``, in the ``//`` table (deduplicated). Member
+    data is streamed; the output appears atomically.
+    """
+    long_table = bytearray()
+    long_index: dict[str, int] = {}
+    names: list[bytes] = []
+    for member in members:
+        raw = member.name.encode("utf-8", "surrogateescape")
+        if len(raw) >= 16 or b"/" in raw:
+            if member.name not in long_index:
+                long_index[member.name] = len(long_table)
+                long_table += raw + b"/\n"
+            names.append(b"/" + str(long_index[member.name]).encode())
+        else:
+            names.append(raw + b"/")
+    if len(long_table) % 2:
+        long_table += b"\n"
+    symbols = [archive_symbols(m) for m in members]
+    symbol_names = b"".join(s + b"\0" for syms in symbols for s in syms)
+    count = sum(len(syms) for syms in symbols)
+
+    def layout(width: int) -> tuple[int, list[int]]:
+        table = width + count * width + len(symbol_names)
+        table += table % 2
+        pos = len(_AR_MAGIC) + (_AR_HEADER.size + table if count else 0)
+        if long_table:
+            pos += _AR_HEADER.size + len(long_table)
+        offsets = []
+        for member in members:
+            offsets.append(pos)
+            pos += _AR_HEADER.size + member.size + (member.size & 1)
+        return table, offsets
+
+    width = 4
+    table_size, offsets = layout(width)
+    if count and offsets and offsets[-1] >= 1 << 32:
+        width = 8
+        table_size, offsets = layout(width)
+
+    with atomic_output(output) as fd:
+        chunks = [_AR_MAGIC]
+        if count:
+            fmt = ">I" if width == 4 else ">Q"
+            body = struct.pack(fmt, count) + b"".join(
+                struct.pack(fmt, offsets[i]) for i, syms in enumerate(symbols) for _ in syms) + symbol_names
+            body += bytes(table_size - len(body))
+            chunks += [_header(b"/" if width == 4 else b"/SYM64/", b"0", len(body)), body]
+        if long_table:
+            chunks += [b"//" + b" " * 46 + str(len(long_table)).encode().ljust(10) + b"`\n", bytes(long_table)]
+        _write(fd, b"".join(chunks))
+        for member, name in zip(members, names):
+            _write(fd, _header(name, b"644", member.size))
+            if isinstance(member.source, bytes):
+                _write(fd, member.source[member.offset:member.offset + member.size])
+            else:
+                with open(member.source, "rb") as src:
+                    copy_file_range_stream(src.fileno(), fd, member.offset, member.size)
+            if member.size & 1:
+                _write(fd, b"\n")
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
