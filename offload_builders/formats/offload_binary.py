@@ -150,20 +150,23 @@ class OffloadKind(enum.Enum):
 
 
 class ImageKind(enum.Enum):
-    """The kind of image (LLVM ``ImageKind``); the value is ``getImageKindName``, used as file extension."""
+    """The kind of image (LLVM ``ImageKind``); the value is the LLVM enumerator's name."""
 
-    NONE = ""
-    OBJECT = "o"
-    BITCODE = "bc"
-    CUBIN = "cubin"
-    FATBINARY = "fatbin"
-    PTX = "s"
-    SPIRV = "spv"
+    NONE = "IMG_None"
+    OBJECT = "IMG_Object"
+    BITCODE = "IMG_Bitcode"
+    CUBIN = "IMG_Cubin"
+    FATBINARY = "IMG_Fatbinary"
+    PTX = "IMG_PTX"
+    SPIRV = "IMG_SPIRV"
 
 
-# getImageKind(): the extensions the packager maps to a kind. "spv" maps to nothing even in LLVM 22.
+# getImageKind(): the extensions the packager maps to a kind; "spv" maps to nothing even in LLVM 22.1.8.
 _EXTENSION_KINDS = {"o": ImageKind.OBJECT, "bc": ImageKind.BITCODE, "cubin": ImageKind.CUBIN,
                     "fatbin": ImageKind.FATBINARY, "s": ImageKind.PTX}
+# getImageKindName(): the extension extraction uses. LLVM 22.1.8 has IMG_SPIRV but names it "" (checked:
+# llvm-offload-binary 22 extracts it as "<stem>-<triple>-<arch>.0."); LLVM's main branch says "spv".
+_KIND_EXTENSIONS = {kind: ext for ext, kind in _EXTENSION_KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class KindTable:
     llvm_version: int
     offload_values: Mapping[OffloadKind, int]
     image_values: Mapping[ImageKind, int]
+    image_extensions: Mapping[ImageKind, str]
 
     def offload_value(self, kind: OffloadKind) -> int:
         """Numeric ``TheOffloadKind`` for ``kind``; ``ValueError`` if this LLVM has no such kind."""
@@ -217,7 +221,7 @@ class KindTable:
     def image_kind_name(self, value: int) -> str:
         """LLVM's ``getImageKindName`` (the extraction file extension): "" for unknown values."""
         kind = self.image_kind(value)
-        return (kind or ImageKind.NONE).value
+        return self.image_extensions.get(kind, "") if kind is not None else ""
 
     def image_value_for_extension(self, extension: str) -> int:
         """LLVM's ``getImageKind(StringRef)``: the packager's extension-based guess, 0 when unknown."""
@@ -229,7 +233,8 @@ def kind_table(llvm_version: int) -> KindTable:
     """The enum values of LLVM ``llvm_version`` (15 or later: the releases with OffloadBinary).
 
     LLVM 15-20: OffloadKind None0 OpenMP1 Cuda2 HIP3; 21+: a bit field OpenMP1 Cuda2 HIP4 SYCL8.
-    ImageKind None0 Object1 Bitcode2 Cubin3 Fatbinary4 PTX5, plus SPIRV6 from LLVM 22.
+    ImageKind None0 Object1 Bitcode2 Cubin3 Fatbinary4 PTX5, plus SPIRV6 from LLVM 22 (named "" by 22's
+    tools, "spv" by LLVM's main branch, which is what releases after 22 are assumed to do).
     """
     if not isinstance(llvm_version, int) or isinstance(llvm_version, bool) or llvm_version < 15:
         raise ValueError(f"unsupported LLVM version {llvm_version!r}: OffloadBinary exists from LLVM 15")
@@ -240,9 +245,12 @@ def kind_table(llvm_version: int) -> KindTable:
                    OffloadKind.SYCL: 8}
     image = {ImageKind.NONE: 0, ImageKind.OBJECT: 1, ImageKind.BITCODE: 2, ImageKind.CUBIN: 3,
              ImageKind.FATBINARY: 4, ImageKind.PTX: 5}
+    extensions = dict(_KIND_EXTENSIONS)
     if llvm_version >= 22:
         image[ImageKind.SPIRV] = 6
-    return KindTable(llvm_version, offload, image)
+    if llvm_version >= 23:
+        extensions[ImageKind.SPIRV] = "spv"
+    return KindTable(llvm_version, offload, image, extensions)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -704,7 +712,7 @@ def _parse_at(reader: _Reader, offset: int, end: int, path: str | None) -> Offlo
         for b_start, b_size, b_name, b_field in regions[i + 1:]:
             if a_start < b_start + b_size and b_start < a_start + a_size:
                 raise OffloadBinaryFormatError(
-                    f"{b_name} [{b_start:#x}, {b_start + b_size:#x}) overlaps the {a_name} "
+                    f"{b_name} [{b_start:#x}, {b_start + b_size:#x}) would overlap the {a_name} "
                     f"[{a_start:#x}, {a_start + a_size:#x})", path=path, offset=offset + (b_field or 0))
 
     strings = _read_strings(reader, offset, size, entry, count, regions, path) if count else ()
