@@ -293,3 +293,16 @@ def test_site_scons_shim_loads_the_tool(project):
     build = project.scons()
     assert build.count("LINK") == 1
     assert project.run_program().returncode == 0
+
+
+def test_generate_keeps_what_the_user_set(project):
+    (project.root / "SConstruct").write_text(textwrap.dedent("""
+        import offload_builders.scons
+        env = Environment(tools=["default"], OFFLOAD_ARCHS="sm_80", OFFLOAD_LINKFLAGS=["-Wl,-O1"],
+                          OFFLOAD_DEVICECOMSTR="mine", OFFLOAD_RPATH=[])
+        env.Tool("offload", toolpath=[offload_builders.scons.toolpath()])
+        print("ARCHS=%s LINKFLAGS=%s COMSTR=%s RPATH=%s" % (env["OFFLOAD_ARCHS"], env["OFFLOAD_LINKFLAGS"],
+              env["OFFLOAD_DEVICECOMSTR"], env["OFFLOAD_RPATH"]))
+    """))
+    output = project.scons("-n").output
+    assert "ARCHS=sm_80 LINKFLAGS=['-Wl,-O1'] COMSTR=mine RPATH=[]" in output

@@ -1,0 +1,65 @@
+"""sample_project, as a user runs it: `scons` builds and runs it; GPU target lists compile and link."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+SCONS = str(Path(sys.executable).with_name("scons"))
+
+
+@pytest.fixture
+def sample(tmp_path) -> Path:
+    copy = tmp_path / "sample_project"
+    shutil.copytree(REPO_ROOT / "sample_project", copy, ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    return copy
+
+
+def _scons(cwd: Path, *args: str) -> str:
+    done = subprocess.run([SCONS, *args], cwd=cwd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def _offload_arches(program: Path) -> list[tuple[str, str]]:
+    listing = subprocess.run(["/usr/lib/llvm-19/bin/llvm-objdump", "--offloading", str(program)],
+                             capture_output=True, text=True, check=True).stdout
+    fields: dict[str, str] = {}
+    images = []
+    for line in listing.splitlines():
+        parts = line.split(None, 1)
+        if parts and parts[0] in ("arch", "triple"):
+            fields[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+            if parts[0] == "triple":
+                images.append((fields["triple"], fields.get("arch", "")))
+                fields = {}
+    return sorted(images)
+
+
+def test_scons_builds_and_runs_the_sample(sample):
+    output = _scons(sample)
+    assert "target regions ran on an offload device: yes" in output
+    assert "PASSED" in output
+    assert (sample / "build" / "zaxpy.run.log").read_text().endswith("PASSED\n")
+    assert "is up to date" in _scons(sample)
+
+
+def test_gpu_targets_compile_and_link_next_to_x86_64(sample):
+    output = _scons(sample, "offload_archs=x86_64,sm_90,gfx90a:xnack+")
+    assert "PASSED" in output
+    assert _offload_arches(sample / "build" / "zaxpy") == [
+        ("amdgcn-amd-amdhsa", "gfx90a:xnack+"), ("nvptx64-nvidia-cuda", "sm_90"), ("x86_64-unknown-linux-gnu", "")]
+
+
+def test_all_gpu_program_links(sample):
+    output = _scons(sample, "offload_archs=sm_80,gfx942,gfx90a:xnack+")
+    assert "no GPU here" in output
+    assert _offload_arches(sample / "build" / "zaxpy") == [
+        ("amdgcn-amd-amdhsa", "gfx90a:xnack+"), ("amdgcn-amd-amdhsa", "gfx942"), ("nvptx64-nvidia-cuda", "sm_80")]
