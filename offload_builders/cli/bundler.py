@@ -1,0 +1,278 @@
+"""``offload-bundler``: a drop-in for ``clang-offload-bundler`` (LLVM 19) in pure Python.
+
+Accepts Clang's options in their single- and double-dash spellings (``-type=o``, ``--type o``),
+``-input`` repeated or ``-inputs`` as a comma list (likewise ``-output``/``-outputs``), and the
+``OFFLOAD_BUNDLER_*`` environment variables, plus ``COMPRESSED_BUNDLE_FORMAT_VERSION`` (2 or 3) from
+LLVM 20+.  Validation messages are Clang's.  Any error is one line on stderr (naming the file and
+byte offset for a damaged input), exit status 1, no traceback and no partial output.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from offload_builders.errors import OffloadError
+from offload_builders.formats import bundle as bundle_mod
+from offload_builders.formats.compressed import CompressionOptions, CompressionStats, Method
+
+PROG: Final = "offload-bundler"
+
+_VALUE_OPTIONS: Final = frozenset({"type", "targets", "input", "inputs", "output", "outputs", "bundle-align",
+                                   "compression-level"})
+_FLAG_OPTIONS: Final = frozenset({"unbundle", "list", "allow-missing-bundles", "compress", "verbose",
+                                  "hip-openmp-compatible", "check-input-archive", "help", "h", "version"})
+_TRUE: Final = {"": True, "true": True, "TRUE": True, "True": True, "1": True,
+                "false": False, "FALSE": False, "False": False, "0": False}
+
+HELP: Final = """\
+OVERVIEW: A tool to bundle several input files of the specified type <type>
+referring to the same source file but different targets into a single
+one. The resulting file can also be unbundled into different files by
+this tool if -unbundle is provided.
+
+USAGE: offload-bundler [options]
+
+OPTIONS:
+  --allow-missing-bundles - Create empty files if bundles are missing when unbundling.
+  --bundle-align=<uint>   - Alignment of bundle for binary files
+  --check-input-archive   - Check if input heterogeneous archive is valid in terms of TargetID rules.
+  --compress              - Compress output file when bundling.
+  --compression-level=<n> - Specify the compression level (integer)
+  --hip-openmp-compatible - Treat hip and hipv4 offload kinds as compatible with openmp kind, and vice versa.
+  --input=<string>        - Input file. Can be specified multiple times for multiple input files.
+  --inputs=<string>       - [<input file>,...] (deprecated)
+  --list                  - List bundle IDs in the bundled file.
+  --output=<string>       - Output file. Can be specified multiple times for multiple output files.
+  --outputs=<string>      - [<output file>,...] (deprecated)
+  --targets=<string>      - [<offload kind>-<target triple>,...]
+  --type=<string>         - Type of the files to be bundled/unbundled: i ii cui hipi d ll bc s o a gch ast
+  --unbundle              - Unbundle bundled file into several output files.
+  --verbose               - Print debug information.
+
+ENVIRONMENT: OFFLOAD_BUNDLER_COMPRESS, OFFLOAD_BUNDLER_COMPRESSION_LEVEL, OFFLOAD_BUNDLER_VERBOSE,
+  OFFLOAD_BUNDLER_IGNORE_ENV_VAR, COMPRESSED_BUNDLE_FORMAT_VERSION (2 or 3).
+"""
+
+
+class UsageError(OffloadError):
+    """A command-line mistake (Clang's wording where it has one)."""
+
+
+@dataclass
+class Options:
+    """The parsed command line; list options keep every occurrence."""
+
+    values: dict[str, list[str]] = field(default_factory=dict)
+    flags: dict[str, bool] = field(default_factory=dict)
+
+    def flag(self, name: str) -> bool:
+        return self.flags.get(name, False)
+
+    def given(self, name: str) -> bool:
+        return name in self.flags or name in self.values
+
+    def single(self, name: str) -> str | None:
+        found = self.values.get(name)
+        return found[-1] if found else None
+
+    def items(self, name: str, *, comma: bool) -> list[str]:
+        found = self.values.get(name, [])
+        if not comma:
+            return list(found)
+        return [item for value in found for item in value.split(",") if item != ""]
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """Parse LLVM ``cl`` style options: ``-name=value``, ``--name=value``, ``-name value``, flags."""
+    options = Options()
+    args = list(argv)
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if not arg.startswith("-") or arg == "-":
+            raise UsageError(f"Too many positional arguments specified! Can specify at most 0 positional "
+                             f"arguments: See: {PROG} --help")
+        name, equals, value = arg.lstrip("-").partition("=")
+        if name in _VALUE_OPTIONS:
+            if not equals:
+                if index >= len(args):
+                    raise UsageError(f"for the --{name} option: requires a value!")
+                value = args[index]
+                index += 1
+            options.values.setdefault(name, []).append(value)
+        elif name in _FLAG_OPTIONS:
+            if value not in _TRUE:
+                raise UsageError(f"for the --{name} option: '{value}' is invalid value for boolean argument! "
+                                 f"Try 0 or 1")
+            options.flags[name] = _TRUE[value]
+        else:
+            raise UsageError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+    return options
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The ``OFFLOAD_BUNDLER_*`` settings, as ``OffloadBundlerConfig``'s constructor reads them."""
+
+    verbose: bool | None = None
+    compress: bool | None = None
+    level: int | None = None
+    version: int | None = None
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def read(cls, env: dict[str, str] | os._Environ[str]) -> "Environment":
+        if env.get("OFFLOAD_BUNDLER_IGNORE_ENV_VAR") == "1":
+            return cls()
+        warnings = []
+        verbose = env["OFFLOAD_BUNDLER_VERBOSE"] == "1" if "OFFLOAD_BUNDLER_VERBOSE" in env else None
+        compress = env["OFFLOAD_BUNDLER_COMPRESS"] == "1" if "OFFLOAD_BUNDLER_COMPRESS" in env else None
+        level = None
+        if "OFFLOAD_BUNDLER_COMPRESSION_LEVEL" in env:
+            text = env["OFFLOAD_BUNDLER_COMPRESSION_LEVEL"]
+            try:
+                level = int(text, 10)
+            except ValueError:
+                warnings.append(f"Warning: Invalid value for OFFLOAD_BUNDLER_COMPRESSION_LEVEL: {text}. "
+                                f"Ignoring it.")
+        version = None
+        if "COMPRESSED_BUNDLE_FORMAT_VERSION" in env:
+            text = env["COMPRESSED_BUNDLE_FORMAT_VERSION"]
+            if text in ("2", "3"):
+                version = int(text)
+            else:
+                warnings.append(f"Warning: Invalid value for COMPRESSED_BUNDLE_FORMAT_VERSION: {text}. "
+                                f"Valid values are 2 or 3. Using default version 2.")
+        return cls(verbose, compress, level, version, tuple(warnings))
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def _report_stats(stats: Sequence[CompressionStats], *, compressing: bool, level: int | None = None) -> None:
+    for item in stats:
+        for line in item.describe(compressing=compressing, level=level):
+            print(line, file=sys.stderr)
+
+
+def _run(options: Options, env: Environment) -> int:
+    for warning in env.warnings:
+        print(warning, file=sys.stderr)
+    if options.flag("help") or options.flag("h"):
+        sys.stdout.write(HELP)
+        return 0
+    if options.flag("version"):
+        from offload_builders import __version__
+
+        print(f"{PROG} (offload_builders {__version__}), compatible with clang-offload-bundler 19")
+        return 0
+    file_type = options.single("type")
+    if file_type is None:
+        raise UsageError("for the --type option: must be specified at least once!")
+    if "input" in options.values and "inputs" in options.values:
+        raise UsageError("-inputs and -input cannot be used together, use only -input instead")
+    if "inputs" in options.values:
+        _warn("-inputs is deprecated, use -input instead")
+    inputs = options.items("input", comma=False) + options.items("inputs", comma=True)
+    if "output" in options.values and "outputs" in options.values:
+        raise UsageError("-outputs and -output cannot be used together, use only -output instead")
+    if "outputs" in options.values:
+        _warn("-outputs is deprecated, use -output instead")
+    outputs = options.items("output", comma=False) + options.items("outputs", comma=True)
+    targets = options.items("targets", comma=True)
+    verbose = options.flag("verbose") if options.given("verbose") else bool(env.verbose)
+    compress = options.flag("compress") if options.given("compress") else bool(env.compress)
+    unbundling = options.flag("unbundle")
+    bundle_mod.check_file_type(file_type)
+
+    if options.flag("list"):
+        if unbundling:
+            raise UsageError("-unbundle and -list cannot be used together")
+        if len(inputs) != 1:
+            raise UsageError("only one input file supported for -list")
+        if outputs:
+            raise UsageError("-outputs option is invalid for -list")
+        if targets:
+            raise UsageError("-targets option is invalid for -list")
+        ids = bundle_mod.list_bundle_ids(inputs[0], file_type=file_type)
+        sys.stdout.write("".join(f"{i}\n" for i in ids))
+        return 0
+    if options.flag("check-input-archive"):
+        if not unbundling:
+            raise UsageError("-check-input-archive cannot be used while bundling")
+        if file_type != "a":
+            raise UsageError("-check-input-archive can only be used for unbundling archives (-type=a)")
+    if not outputs:
+        raise UsageError("no output file specified!")
+    if "targets" not in options.values:
+        raise UsageError("for the --targets option: must be specified at least once!")
+    if unbundling:
+        if len(inputs) != 1:
+            raise UsageError("only one input file supported in unbundling mode")
+        if len(outputs) != len(targets):
+            raise UsageError("number of output files and targets should match in unbundling mode")
+        common = dict(allow_missing_bundles=options.flag("allow-missing-bundles"),
+                      hip_openmp_compatible=options.flag("hip-openmp-compatible"))
+        if file_type == "a":
+            bundle_mod.unbundle_archive(inputs[0], targets, outputs, **common,
+                                        check_input_archive=options.flag("check-input-archive"))
+        else:
+            result = bundle_mod.unbundle(inputs[0], targets, outputs, file_type=file_type, **common)
+            if verbose:
+                _report_stats(result.compression, compressing=False)
+        return 0
+    if file_type == "a":
+        raise UsageError("Archive files are only supported for unbundling")
+    if len(outputs) != 1:
+        raise UsageError("only one output file supported in bundling mode")
+    if len(inputs) != len(targets):
+        raise UsageError("number of input files and targets should match in bundling mode")
+    align_text = options.single("bundle-align") or "1"
+    try:
+        alignment = int(align_text, 0)
+    except ValueError:
+        raise UsageError(f"for the --bundle-align option: '{align_text}' value invalid for uint argument!") from None
+    compression = None
+    if compress:
+        level_text = options.single("compression-level")
+        try:
+            level = int(level_text, 10) if level_text is not None else env.level
+        except ValueError:
+            raise UsageError(f"for the --compression-level option: '{level_text}' value invalid for integer "
+                             f"argument!") from None
+        compression = CompressionOptions(Method.ZSTD, level, env.version or 2)
+    result = bundle_mod.bundle(inputs, targets, outputs[0], file_type=file_type, bundle_align=alignment,
+                               compression=compression)
+    if verbose and result.compression is not None and compression is not None:
+        _report_stats([result.compression], compressing=True, level=compression.effective_level)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the bundler; return the exit status (0, or 1 after one error line on stderr)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(parse_args(args), Environment.read(os.environ))
+    except OffloadError as exc:
+        message = str(exc)
+    except ValueError as exc:  # option values the library refuses (a compression level out of range)
+        message = str(exc)
+    except OSError as exc:
+        where = f"'{exc.filename}': " if exc.filename else ""
+        message = f"{where}{exc.strerror or exc}"
+    except KeyboardInterrupt:
+        message = "interrupted"
+    except Exception as exc:  # noqa: BLE001 - the contract is one line, never a traceback
+        message = f"internal error ({type(exc).__name__}): {exc}"
+    sys.stdout.flush()
+    print(f"{PROG}: error: {message.replace(chr(10), ' ')}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1298 @@
+"""clang-offload-bundler's bundles: binary, text and object bundles, and archive unbundling.
+
+Byte layouts and behaviour follow clang/lib/Driver/OffloadBundler.cpp (LLVM 19); see
+docs in ``shared/reference/bundler-and-target-id.md``.  In short:
+
+* **binary** (``-type=bc|gch|ast``, and ``o``/``a`` when the reference input is not an object file):
+  the magic ``__CLANG_OFFLOAD_BUNDLE__``, a u64 entry count, one ``(u64 offset, u64 size, u64 id
+  length, id)`` record per entry (all little-endian), then the entries in ``-targets`` order, each
+  at ``offset`` aligned to ``-bundle-align``, zero padding in between and none at the end.
+* **text** (``i ii cui hipi d s ll``): each entry between ``\\n<c> __CLANG_OFFLOAD_BUNDLE____START__ <id>\\n``
+  and ``\\n<c> __CLANG_OFFLOAD_BUNDLE____END__ <id>\\n`` lines, ``<c>`` the type's comment leader.
+* **object** (``-type=o`` with an ELF host): one ``__CLANG_OFFLOAD_BUNDLE__<id>`` section per entry,
+  added by ``llvm-objcopy``; the host's section holds a single zero byte (the object *is* the host).
+* **compressed** (``-compress``): see :mod:`offload_builders.formats.compressed`.
+
+Design points that differ from Clang 19, deliberately:
+
+* Reading is hardened.  Clang 19 stops parsing a damaged header without an error and then uses an
+  uninitialized iterator (it segfaults on a truncated bundle); here every offset, size and count is
+  checked against the data and any problem is a :class:`BundleFormatError` naming the byte offset.
+  Duplicate IDs (Clang: the last one wins), overlapping entries, bad UTF-8 and mismatched text
+  markers are errors too.
+* Several bundles back to back (a ``.hip_fatbin`` section linked from many objects) are read one after
+  another, each found from the previous one's extent (the header's total size for ``CCOB`` v2/v3,
+  the furthest entry end for a binary bundle) plus zero padding, never by searching for a magic
+  (which can occur inside compressed data).
+* Data is streamed: images are copied with ``copy_file_range``/``sendfile`` and never held in
+  memory, and every output is written to a temporary file renamed into place only when the whole
+  operation succeeded.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
+from offload_builders.formats.bundle_id import (
+    BundleEntryID,
+    clang19_target_id_field,
+    clang_stringmap_order,
+    find_target_conflict,
+    is_code_object_compatible,
+    parse_bundle_entry_id,
+    validate_targets,
+)
+from offload_builders.formats.compressed import (
+    CHUNK,
+    CompressedWriter,
+    CompressionOptions,
+    CompressionStats,
+    FileRegion,
+    decompress_to,
+    is_compressed,
+    read_header,
+)
+
+MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
+MAGIC_STR: Final = MAGIC.decode()
+_COUNT: Final = struct.Struct("<24sQ")  # magic, number of entries
+_ENTRY: Final = struct.Struct("<QQQ")  # offset, size, id length (the id follows)
+ELF_MAGIC: Final = b"\x7fELF"
+
+#: ``-type`` values whose bundles are text, with their comment leader.
+TEXT_COMMENTS: Final[dict[str, str]] = {"i": "//", "ii": "//", "cui": "//", "hipi": "//", "d": "#",
+                                        "ll": ";", "s": "#"}
+BINARY_TYPES: Final = frozenset({"bc", "gch", "ast"})
+OBJECT_TYPES: Final = frozenset({"o", "a"})
+FILE_TYPES: Final = tuple(TEXT_COMMENTS) + ("bc", "o", "a", "gch", "ast")
+
+#: Bundle headers are tiny in practice (CLR reads only the first 4 KiB); a count above this is damage.
+MAX_ENTRIES: Final = 1 << 16
+#: A text bundle's ID line is never long; bounding it keeps a damaged file from being read into memory.
+MAX_TEXT_ID: Final = 1 << 16
+#: An archive's long-name table is read into memory; bound it.
+MAX_NAME_TABLE: Final = 64 << 20
+
+Format = Literal["binary", "text", "object", "plain"]
+
+
+def check_file_type(file_type: str) -> None:
+    """Raise Clang's message for an unknown ``-type``."""
+    if file_type not in FILE_TYPES:
+        raise OffloadError(f"'{file_type}': invalid file type specified")
+
+
+def _fail(message: str, label: str | None, offset: int | None) -> BundleFormatError:
+    return BundleFormatError(message, path=label, offset=offset)
+
+
+# ============================================================================================
+# Streaming I/O
+# ============================================================================================
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def copy_range(src_fd: int, src_offset: int, dst_fd: int, size: int) -> None:
+    """Append ``size`` bytes of ``src_fd`` at ``src_offset`` to ``dst_fd``, in the kernel when it can.
+
+    ``copy_file_range`` (which may share extents) and then ``sendfile``; a ``pread``/``write`` loop
+    where neither applies (pipes, some file systems).  Memory use does not depend on ``size``.
+    """
+    offset, end = src_offset, src_offset + size
+    for method in ("copy_file_range", "sendfile"):
+        if offset >= end:
+            return
+        try:
+            while offset < end:
+                if method == "copy_file_range":
+                    done = os.copy_file_range(src_fd, dst_fd, min(end - offset, 1 << 30), offset)
+                else:
+                    done = os.sendfile(dst_fd, src_fd, offset, min(end - offset, 1 << 30))
+                if done == 0:
+                    raise BundleFormatError(f"input ended {end - offset} bytes before the expected end")
+                offset += done
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
+                                 errno.EBADF, errno.ESPIPE, errno.ENOTSUP, errno.EPERM):
+                raise
+        except AttributeError:  # no such call on this platform
+            pass
+    while offset < end:
+        data = os.pread(src_fd, min(CHUNK, end - offset), offset)
+        if not data:
+            raise BundleFormatError(f"input ended {end - offset} bytes before the expected end")
+        _write_all(dst_fd, data)
+        offset += len(data)
+
+
+class _PlainSink:
+    """Where an uncompressed bundle goes: the output descriptor itself."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, data: bytes) -> None:
+        _write_all(self.fd, data)
+
+    def copy_from(self, fd: int, offset: int, size: int) -> None:
+        copy_range(fd, offset, self.fd, size)
+
+    def finish(self) -> None:
+        return None
+
+
+def _write_zeros(sink, count: int) -> None:
+    block = bytes(min(count, CHUNK))
+    while count > 0:
+        sink.write(block[:count])
+        count -= len(block)
+
+
+class Outputs:
+    """Output files written as temporaries and renamed into place together at the end.
+
+    On any error every temporary is removed, so a failed run leaves no partial output.  Outputs that
+    are not regular files (``/dev/null``, a FIFO, ``-`` for stdout) are written directly.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, str]] = []
+        self._direct: list[int] = []
+
+    def __enter__(self) -> "Outputs":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for fd in self._direct:
+            if fd > 2:
+                os.close(fd)
+        if exc_type is None:
+            for temp, final in self._pending:
+                os.replace(temp, final)
+        else:
+            for temp, _ in self._pending:
+                try:
+                    os.unlink(temp)
+                except FileNotFoundError:
+                    pass
+        self._pending.clear()
+
+    def create(self, path: str | os.PathLike[str]) -> int:
+        """A descriptor to write the output ``path`` through (closed by :meth:`__exit__`)."""
+        path = os.fspath(path)
+        if path == "-":
+            sys.stdout.flush()
+            self._direct.append(1)
+            return 1
+        try:
+            st = os.stat(path)
+            special = not stat.S_ISREG(st.st_mode)
+        except FileNotFoundError:
+            special = False
+        except OSError as exc:
+            raise OffloadError(f"'{path}': {exc.strerror}") from None
+        if special:
+            fd = os.open(path, os.O_WRONLY)
+            self._direct.append(fd)
+            return fd
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        except OSError as exc:
+            raise OffloadError(f"'{path}': {exc.strerror}") from None
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+        self._pending.append((temp, path))
+        self._direct.append(fd)
+        return fd
+
+    def temp_path(self, path: str | os.PathLike[str]) -> str:
+        """The temporary name an output created with :meth:`create` is written under (for tools)."""
+        for temp, final in self._pending:
+            if final == os.fspath(path):
+                return temp
+        raise KeyError(path)
+
+
+@dataclass
+class _InputFile:
+    """An opened input: a regular file, or anything else spooled into a temporary file first."""
+
+    path: str  # a name tools such as llvm-objcopy can open
+    fd: int
+    size: int
+
+
+def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
+    name = os.fspath(path)
+    try:
+        if name == "-":
+            source = sys.stdin.buffer
+        else:
+            fd = os.open(name, os.O_RDONLY)
+            stack.callback(os.close, fd)
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return _InputFile(name, fd, st.st_size)
+            if stat.S_ISDIR(st.st_mode):
+                raise OffloadError(f"'{name}': Is a directory")
+            source = os.fdopen(os.dup(fd), "rb")
+            stack.callback(source.close)
+    except OSError as exc:
+        raise OffloadError(f"'{name}': {exc.strerror}") from None
+    spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".in"))
+    shutil.copyfileobj(source, spool, CHUNK)
+    spool.flush()
+    return _InputFile(spool.name, spool.fileno(), spool.tell())
+
+
+# ============================================================================================
+# Binary format
+# ============================================================================================
+@dataclass(frozen=True)
+class BundleEntry:
+    """One bundle entry: its ID as stored, and where its bytes are in the part that holds it."""
+
+    id: str
+    offset: int
+    size: int
+    #: An object bundle's host section (one zero byte): the host output is the object minus bundles.
+    host_object: bool = False
+
+
+@dataclass(frozen=True)
+class BinaryBundle:
+    """A parsed binary bundle header.  Offsets are relative to the bundle's first byte."""
+
+    entries: tuple[BundleEntry, ...]  # header order
+    header_size: int
+    end: int  # the furthest byte used: header or entry data
+
+    @property
+    def clang_order(self) -> list[BundleEntry]:
+        """The order Clang visits entries in (``StringMap`` order), for ``--list`` and unbundling."""
+        by_id = {entry.id: entry for entry in self.entries}
+        return [by_id[key] for key in clang_stringmap_order(entry.id for entry in self.entries)]
+
+
+def align_to(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def binary_layout(ids: Sequence[str], sizes: Sequence[int], alignment: int = 1) -> tuple[bytes, list[int], int]:
+    """The header bytes, entry offsets and total size Clang writes for these entries.
+
+    Every entry, an empty host entry too, starts at the running offset aligned to ``alignment``;
+    the file ends right after the last entry.
+    """
+    if alignment < 1:
+        raise OffloadError(f"bundle alignment must be at least 1, not {alignment}")
+    encoded = [i.encode() for i in ids]
+    running = _COUNT.size + sum(_ENTRY.size + len(e) for e in encoded)
+    header = bytearray(_COUNT.pack(MAGIC, len(ids)))
+    offsets = []
+    for raw, size in zip(encoded, sizes):
+        running = align_to(running, alignment)
+        offsets.append(running)
+        header += _ENTRY.pack(running, size, len(raw)) + raw
+        running += size
+    return bytes(header), offsets, running
+
+
+def _decode_id(raw: bytes, label: str | None, offset: int, what: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{what}: the bundle entry ID is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                    label, offset + exc.start) from None
+    if not text:
+        raise _fail(f"{what}: empty bundle entry ID", label, offset)
+    bad = next((i for i, ch in enumerate(text) if ord(ch) < 0x20 or ord(ch) == 0x7F), None)
+    if bad is not None:
+        raise _fail(f"{what}: the bundle entry ID {text!r} contains a control character", label,
+                    offset + len(text[:bad].encode()))
+    return text
+
+
+def parse_binary_bundle(region: FileRegion, *, label: str | None = None, base: int = 0) -> BinaryBundle:
+    """Parse and check the binary bundle header at the start of ``region``.
+
+    Everything is validated before use: the count against the space it needs (before anything is
+    allocated), each record and ID against the end of the data, each entry's bytes against the end
+    of the data and the end of the header, and IDs for UTF-8, uniqueness and overlap.  ``base`` is
+    the region's offset in ``label``, for messages.
+    """
+    limit = region.size
+    head = region.pread(_COUNT.size, 0)
+    if len(head) < _COUNT.size:
+        if head[:len(MAGIC)] != MAGIC:
+            raise _fail("not a bundle (no __CLANG_OFFLOAD_BUNDLE__ magic)", label, base)
+        raise _fail(f"truncated bundle header: {len(head)} bytes, the magic and entry count need "
+                    f"{_COUNT.size}", label, base + len(head))
+    magic, count = _COUNT.unpack(head)
+    if magic != MAGIC:
+        raise _fail("not a bundle (no __CLANG_OFFLOAD_BUNDLE__ magic)", label, base)
+    room = (limit - _COUNT.size) // (_ENTRY.size + 1)
+    if count > room:
+        raise _fail(f"entry count {count} cannot fit: the {limit}-byte data has room for at most {room} "
+                    f"entry records", label, base + len(MAGIC))
+    if count > MAX_ENTRIES:
+        raise _fail(f"entry count {count} exceeds this reader's limit of {MAX_ENTRIES}", label,
+                    base + len(MAGIC))
+    records: list[tuple[int, int, int, int, str]] = []  # record offset, offset, size, id offset, id
+    cursor = _COUNT.size
+    window = b""
+    window_at = cursor
+    for index in range(count):
+        what = f"entry {index}"
+        if cursor + _ENTRY.size > window_at + len(window):
+            window = region.pread(max(CHUNK, _ENTRY.size), cursor)
+            window_at = cursor
+        if cursor + _ENTRY.size > window_at + len(window):
+            raise _fail(f"{what}: the entry record runs past the end of the data ({limit} bytes); "
+                        f"the bundle is truncated", label, base + cursor)
+        offset, size, id_len = _ENTRY.unpack_from(window, cursor - window_at)
+        id_at = cursor + _ENTRY.size
+        if id_len > limit - id_at:
+            raise _fail(f"{what}: ID length {id_len} runs past the end of the data ({limit} bytes)",
+                        label, base + cursor + 16)
+        if id_at + id_len > window_at + len(window):
+            window = region.pread(max(CHUNK, id_len), id_at)
+            window_at = id_at
+        raw = window[id_at - window_at:id_at - window_at + id_len]
+        records.append((cursor, offset, size, id_at, _decode_id(raw, label, base + id_at, what)))
+        cursor = id_at + id_len
+    header_size = cursor
+    entries: list[BundleEntry] = []
+    seen: dict[str, int] = {}
+    end = header_size
+    for index, (record_at, offset, size, id_at, text) in enumerate(records):
+        what = f"entry {index} ({text})"
+        if text in seen:
+            raise _fail(f"{what}: duplicate bundle entry ID (also entry {seen[text]}); Clang would keep "
+                        f"only the last", label, base + id_at)
+        seen[text] = index
+        if offset < header_size:
+            raise _fail(f"{what}: offset {offset} points into the {header_size}-byte header", label,
+                        base + record_at)
+        if size > limit - offset:
+            raise _fail(f"{what}: data at offset {offset} with size {size} runs past the end of the data "
+                        f"({limit} bytes)", label, base + record_at + 8)
+        entries.append(BundleEntry(text, offset, size))
+        end = max(end, offset + size)
+    ordered = sorted((e for e in entries if e.size), key=lambda e: e.offset)
+    for first, second in zip(ordered, ordered[1:]):
+        if second.offset < first.offset + first.size:
+            index = entries.index(second)
+            raise _fail(f"entries '{first.id}' [{first.offset}, {first.offset + first.size}) and "
+                        f"'{second.id}' [{second.offset}, {second.offset + second.size}) overlap", label,
+                        base + records[index][0])
+    return BinaryBundle(tuple(entries), header_size, end)
+
+
+# ============================================================================================
+# Text format
+# ============================================================================================
+def text_markers(comment: str) -> tuple[bytes, bytes]:
+    """The byte strings that open and close an entry of a text bundle."""
+    return (f"\n{comment} {MAGIC_STR}__START__ ".encode(), f"\n{comment} {MAGIC_STR}__END__ ".encode())
+
+
+def _find(region: FileRegion, needle: bytes, start: int, end: int | None = None) -> int:
+    """The offset of ``needle`` in ``region[start:end]`` or -1, read a chunk at a time."""
+    end = region.size if end is None else end
+    overlap = len(needle) - 1
+    position = start
+    while position < end:
+        chunk = region.pread(min(CHUNK, end - position) + overlap, position)
+        found = chunk.find(needle)
+        if found >= 0 and position + found + len(needle) <= end:
+            return position + found
+        if position + len(chunk) >= end:
+            return -1
+        position += len(chunk) - overlap
+    return -1
+
+
+def parse_text_bundle(region: FileRegion, comment: str, *, label: str | None = None,
+                      base: int = 0) -> list[BundleEntry]:
+    """The entries of a text bundle, in file order (what Clang lists and unbundles in).
+
+    Stricter than Clang: a START line without an end, a missing END marker, an END marker naming
+    another ID, and repeated IDs are errors.
+    """
+    start_marker, end_marker = text_markers(comment)
+    entries: list[BundleEntry] = []
+    seen: set[str] = set()
+    position = 0
+    while (start := _find(region, start_marker, position)) >= 0:
+        id_at = start + len(start_marker)
+        newline = _find(region, b"\n", id_at, min(region.size, id_at + MAX_TEXT_ID + 1))
+        if newline < 0:
+            raise _fail("bundle START line has no end of line (truncated, or an ID over "
+                        f"{MAX_TEXT_ID} bytes)", label, base + start + 1)
+        text = _decode_id(region.pread(newline - id_at, id_at), label, base + id_at, "text bundle")
+        if text in seen:
+            raise _fail(f"duplicate bundle entry ID '{text}'", label, base + id_at)
+        seen.add(text)
+        content = newline + 1
+        close = _find(region, end_marker, content)
+        if close < 0:
+            raise _fail(f"no END marker for bundle entry '{text}'", label, base + start + 1)
+        end_id_at = close + len(end_marker)
+        expected = text.encode()
+        tail = region.pread(len(expected) + 1, end_id_at)
+        if tail == expected + b"\n" or (tail == expected and end_id_at + len(tail) == region.size):
+            position = end_id_at + len(tail)
+        else:
+            raise _fail(f"the END marker does not close bundle entry '{text}'", label, base + end_id_at)
+        entries.append(BundleEntry(text, content, close - content))
+    return entries
+
+
+# ============================================================================================
+# Object format (ELF)
+# ============================================================================================
+def parse_object_bundle(region: FileRegion, *, label: str | None = None, base: int = 0) -> list[BundleEntry]:
+    """The ``__CLANG_OFFLOAD_BUNDLE__<id>`` sections of an ELF object, in section order."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.elf.elffile import ELFFile
+
+    entries: list[BundleEntry] = []
+    seen: set[str] = set()
+    try:
+        elf = ELFFile(region)
+        header = elf.header
+        count = elf.num_sections()
+        if count and header["e_shoff"] + count * header["e_shentsize"] > region.size:
+            raise _fail(f"the ELF section header table ({count} entries at {header['e_shoff']}) runs past "
+                        f"the end of the file", label, base + header["e_shoff"])
+        if count > MAX_ENTRIES * 4:
+            raise _fail(f"{count} ELF sections is more than this reader accepts", label, base)
+        for index in range(count):
+            section = elf.get_section(index)
+            raw_name = section.name.encode("latin-1")
+            if not raw_name.startswith(MAGIC):
+                continue
+            shdr_at = header["e_shoff"] + index * header["e_shentsize"]
+            text = _decode_id(raw_name[len(MAGIC):], label, base + shdr_at, f"section {index}")
+            if text in seen:
+                raise _fail(f"duplicate bundle section for '{text}'", label, base + shdr_at)
+            seen.add(text)
+            size = 0 if section["sh_type"] == "SHT_NOBITS" else section["sh_size"]
+            offset = section["sh_offset"]
+            if size and (offset > region.size or size > region.size - offset):
+                raise _fail(f"section '{MAGIC_STR}{text}' at offset {offset} with size {size} runs past "
+                            f"the end of the file ({region.size} bytes)", label, base + shdr_at)
+            host = size == 1 and region.pread(1, offset) == b"\0"
+            entries.append(BundleEntry(text, offset, size, host_object=host))
+    except BundleFormatError:
+        raise
+    except (ELFError, ELFParseError, struct.error, ValueError, KeyError, IndexError, UnicodeError,
+            OverflowError, MemoryError) as exc:
+        raise _fail(f"malformed ELF object: {exc}", label, base) from None
+    return entries
+
+
+_objcopy_path: str | None = None
+
+
+def find_llvm_objcopy() -> str:
+    """``llvm-objcopy``: ``$OFFLOAD_BUNDLER_LLVM_OBJCOPY``, else LLVM 19's (as Clang 19 uses the one
+    next to itself, and ``/usr/bin/llvm-objcopy`` may be an older release), else ``PATH``'s."""
+    global _objcopy_path
+    if _objcopy_path is None:
+        candidates = [os.environ.get("OFFLOAD_BUNDLER_LLVM_OBJCOPY"), "/usr/lib/llvm-19/bin/llvm-objcopy",
+                      shutil.which("llvm-objcopy-19"), shutil.which("llvm-objcopy")]
+        for candidate in candidates:
+            if candidate and os.access(candidate, os.X_OK):
+                _objcopy_path = candidate
+                break
+        else:
+            raise ToolchainError("unable to find 'llvm-objcopy' in path (object bundles need it); "
+                                 "install it with: apt-get install llvm-19")
+    return _objcopy_path
+
+
+def _run_objcopy(args: list[str]) -> None:
+    result = subprocess.run([find_llvm_objcopy(), *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        raise OffloadError(f"'llvm-objcopy' tool failed: {detail}")
+
+
+def _strip_bundles(elf_path: str, out_fd: int) -> None:
+    """The host output of an object bundle: the object without its bundle sections (as Clang does)."""
+    with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
+        stripped = os.path.join(tmp, "host.o")
+        _run_objcopy(["--regex", f"--remove-section={MAGIC_STR}.*", "--", elf_path, stripped])
+        with open(stripped, "rb") as src:
+            copy_range(src.fileno(), 0, out_fd, os.fstat(src.fileno()).st_size)
+
+
+# ============================================================================================
+# Reading a whole input: compressed parts, concatenated bundles
+# ============================================================================================
+@dataclass
+class BundlePart:
+    """One bundle of an input (a file may hold several back to back), with its entries in Clang's order."""
+
+    region: FileRegion
+    format: Format
+    entries: list[BundleEntry]
+    label: str
+    base: int = 0
+    elf_path: str | None = None  # a path to the ELF object, for object parts
+
+    def region_of(self, entry: BundleEntry) -> tuple[int, int, int]:
+        """``(fd, absolute offset, size)`` of an entry's bytes."""
+        return self.region.fd, self.region.start + entry.offset, entry.size
+
+
+@dataclass
+class BundleInput:
+    """Everything read from one input file."""
+
+    parts: list[BundlePart]
+    whole: FileRegion  # what a host output gets when nothing matched: the (decompressed) input
+    compression: list[CompressionStats] = field(default_factory=list)
+
+    @property
+    def entries(self) -> Iterator[tuple[BundlePart, BundleEntry]]:
+        for part in self.parts:
+            for entry in part.entries:
+                yield part, entry
+
+
+def _skip_zeros(region: FileRegion, position: int) -> int:
+    while position < region.size:
+        chunk = region.pread(CHUNK, position)
+        stripped = chunk.lstrip(b"\0")
+        if stripped:
+            return position + len(chunk) - len(stripped)
+        position += len(chunk)
+    return position
+
+
+def read_bundle_input(path: str | os.PathLike[str], file_type: str, stack: ExitStack, *,
+                      region: FileRegion | None = None, label: str | None = None) -> BundleInput:
+    """Open and parse ``path`` (or ``region`` of it) as ``-type=file_type`` would read it.
+
+    Temporary files (decompressed data) live as long as ``stack``.
+    """
+    check_file_type(file_type)
+    name = os.fspath(path)
+    if region is None:
+        opened = _open_input(name, stack)
+        region = FileRegion(opened.fd, 0, opened.size)
+        name = opened.path if name == "-" else name
+    label = label or name
+    result = BundleInput([], region)
+    elf_path = name if region.start == 0 else None
+    _scan(region, label, 0, file_type, stack, result, elf_path=elf_path, nested=False)
+    return result
+
+
+def _scan(region: FileRegion, label: str, base: int, file_type: str, stack: ExitStack,
+          result: BundleInput, *, elf_path: str | None, nested: bool) -> None:
+    """Split ``region`` into bundle parts: compressed and binary bundles in sequence, or one text,
+    object or plain part.
+
+    Each bundle's extent comes from its own header (total size, or the furthest entry); only zero
+    padding may separate it from the next, which must start with a bundle magic.
+    """
+    head = region.pread(len(MAGIC), 0)
+    binary_ok = file_type not in TEXT_COMMENTS
+    if not (is_compressed(head) or (binary_ok and head == MAGIC)):
+        result.parts.append(_single_part(region, label, base, file_type, stack, elf_path))
+        return
+    position, components, decompressed = 0, 0, None
+    while True:
+        head = region.pread(len(MAGIC), position)
+        sub = FileRegion(region.fd, region.start + position, region.size - position)
+        if is_compressed(head):
+            if nested:
+                raise _fail("a compressed bundle inside a compressed bundle", label, base + position)
+            spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
+            with io.BufferedWriter(io.FileIO(spool.fileno(), "w", closefd=False), CHUNK) as out:
+                header = decompress_to(sub, out, path=label, base_offset=base + position)
+            result.compression.append(CompressionStats(header))
+            decompressed = FileRegion(spool.fileno(), 0, header.uncompressed_size)
+            _scan(decompressed, f"{label} (decompressed from the bundle at offset {base + position:#x})", 0,
+                  file_type, stack, result, elf_path=None, nested=True)
+            end = position + header.total_size
+        elif head == MAGIC and binary_ok:
+            bundle = parse_binary_bundle(sub, label=label, base=base + position)
+            entries = [BundleEntry(e.id, position + e.offset, e.size) for e in bundle.clang_order]
+            result.parts.append(BundlePart(region, "binary", entries, label, base))
+            end = position + bundle.end
+        else:
+            raise _fail("unexpected data after a bundle: neither zero padding nor another bundle", label,
+                        base + position)
+        components += 1
+        position = _skip_zeros(region, end)
+        if position >= region.size:
+            break
+    if components == 1 and decompressed is not None and not nested:
+        result.whole = decompressed
+
+
+def _single_part(region: FileRegion, label: str, base: int, file_type: str, stack: ExitStack,
+                 elf_path: str | None) -> BundlePart:
+    comment = TEXT_COMMENTS.get(file_type)
+    if comment is not None:
+        return BundlePart(region, "text", parse_text_bundle(region, comment, label=label, base=base), label, base)
+    head = region.pread(4, 0)
+    if file_type in OBJECT_TYPES and head == ELF_MAGIC:
+        entries = parse_object_bundle(region, label=label, base=base)
+        if elf_path is None and any(e.host_object for e in entries):
+            elf_path = _spool_region(region, stack)
+        return BundlePart(region, "object", entries, label, base, elf_path)
+    if file_type in OBJECT_TYPES and head in (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
+                                              b"\xcf\xfa\xed\xfe", b"\0asm"):
+        raise _fail("Mach-O and WebAssembly object bundles are not supported (only ELF)", label, base)
+    return BundlePart(region, "plain", [], label, base)
+
+
+def _spool_region(region: FileRegion, stack: ExitStack) -> str:
+    spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".o"))
+    copy_range(region.fd, region.start, spool.fileno(), region.size)
+    spool.flush()
+    return spool.name
+
+
+# ============================================================================================
+# Public operations
+# ============================================================================================
+@dataclass(frozen=True)
+class BundleResult:
+    """What :func:`bundle` wrote."""
+
+    ids: tuple[str, ...]
+    format: Format
+    compression: CompressionStats | None = None
+
+
+def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], output: str | os.PathLike[str],
+           *, file_type: str, bundle_align: int = 1, compression: CompressionOptions | None = None,
+           llvm_version: int = 19) -> BundleResult:
+    """Bundle ``inputs`` (one per target, in the same order) into ``output`` like clang-offload-bundler.
+
+    ``targets`` are standardized and validated as Clang does (see
+    :func:`~offload_builders.formats.bundle_id.validate_targets`).  ``compression`` wraps the bundle in
+    a ``CCOB`` header (ignored for object bundles, as in Clang, whose llvm-objcopy step overwrites the
+    compressed output).
+    """
+    check_file_type(file_type)
+    if file_type == "a":
+        raise OffloadError("Archive files are only supported for unbundling")
+    if len(inputs) != len(targets):
+        raise OffloadError("number of input files and targets should match in bundling mode")
+    if bundle_align < 1:
+        raise OffloadError(f"-bundle-align must be at least 1, not {bundle_align}")
+    ids = validate_targets(targets, bundling=True, llvm_version=llvm_version)
+    names = [str(entry) for entry in ids]
+    host_index = next((i for i, entry in enumerate(ids) if entry.is_host), None)
+    with ExitStack() as stack, Outputs() as outputs:
+        files = [_open_input(path, stack) for path in inputs]
+        reference = files[host_index if host_index is not None else 0]
+        head = os.pread(reference.fd, 4, 0)
+        if file_type in OBJECT_TYPES and head == ELF_MAGIC:
+            if host_index is None:
+                raise OffloadError("an object bundle (ELF input with -type=o) needs a host target; "
+                                   "clang-offload-bundler 19 crashes here. Bundle a host-... target with "
+                                   "/dev/null as its input to get the binary format instead")
+            _bundle_object(files, names, host_index, output, outputs)
+            return BundleResult(tuple(names), "object")
+        fd = outputs.create(output)
+        comment = TEXT_COMMENTS.get(file_type)
+        if comment is None:
+            header, offsets, total = binary_layout(names, [f.size for f in files], bundle_align)
+        else:
+            start_marker, end_marker = text_markers(comment)
+            total = sum(len(start_marker) + len(end_marker) + 2 * (len(n.encode()) + 1) + f.size
+                        for n, f in zip(names, files))
+        sink = _PlainSink(fd) if compression is None else CompressedWriter(fd, total, compression)
+        if comment is None:
+            sink.write(header)
+            position = len(header)
+            for offset, file in zip(offsets, files):
+                _write_zeros(sink, offset - position)
+                sink.copy_from(file.fd, 0, file.size)
+                position = offset + file.size
+        else:
+            for name, file in zip(names, files):
+                sink.write(start_marker + name.encode() + b"\n")
+                sink.copy_from(file.fd, 0, file.size)
+                sink.write(end_marker + name.encode() + b"\n")
+        stats = sink.finish()
+        return BundleResult(tuple(names), "binary" if comment is None else "text", stats)
+
+
+def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
+                   output: str | os.PathLike[str], outputs: Outputs) -> None:
+    """Add one section per entry to the host object with llvm-objcopy, exactly as Clang 19 does."""
+    with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
+        marker = os.path.join(tmp, "host-marker")
+        with open(marker, "wb") as f:
+            f.write(b"\0")
+        args: list[str] = []
+        for index, (name, file) in enumerate(zip(names, files)):
+            source = marker if index == host_index else file.path
+            args += [f"--add-section={MAGIC_STR}{name}={source}",
+                     f"--set-section-flags={MAGIC_STR}{name}=readonly,exclude"]
+        result_path = os.path.join(tmp, "fat.o")
+        _run_objcopy(args + ["--", files[host_index].path, result_path])
+        fd = outputs.create(output)
+        with open(result_path, "rb") as src:
+            copy_range(src.fileno(), 0, fd, os.fstat(src.fileno()).st_size)
+
+
+def list_bundle_ids(path: str | os.PathLike[str], *, file_type: str) -> list[str]:
+    """The IDs ``clang-offload-bundler -list`` prints: hash order for binary bundles (as Clang),
+    file order for text and object bundles, bundle after bundle for concatenated ones."""
+    with ExitStack() as stack:
+        data = read_bundle_input(path, file_type, stack)
+        return [entry.id for _, entry in data.entries]
+
+
+@dataclass(frozen=True)
+class UnbundleResult:
+    """Which entry went to which output (``None``: the output was created empty or as a copy)."""
+
+    extracted: dict[str, str | None]
+    compression: tuple[CompressionStats, ...] = ()
+
+
+def _write_entry(part: BundlePart, entry: BundleEntry, fd: int) -> None:
+    if entry.host_object:
+        assert part.elf_path is not None
+        _strip_bundles(part.elf_path, fd)
+    else:
+        copy_range(*part.region_of(entry)[:2], fd, entry.size)
+
+
+def _cant_find(names: Sequence[str]) -> str:
+    """Clang's "Can't find bundles for A, B, and C" (sorted, with its comma rules)."""
+    ordered = sorted(names)
+    last = len(ordered) - 1
+    message = "Can't find bundles for"
+    for index, name in enumerate(ordered):
+        if index and last > 1:
+            message += ","
+        message += " "
+        if index == last and index:
+            message += "and "
+        message += name
+    return message
+
+
+def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Sequence[str | os.PathLike[str]],
+             *, file_type: str, allow_missing_bundles: bool = False, hip_openmp_compatible: bool = False,
+             llvm_version: int = 19) -> UnbundleResult:
+    """Extract one entry per target from ``input`` into the matching ``outputs``, as Clang 19 does.
+
+    Entries are visited in Clang's order (hash order for binary bundles); each goes to the first
+    still-unfilled target it is compatible with (in Clang's hash order of the targets), so with
+    several compatible entries we pick the same one Clang does.  A target nothing matches is an
+    error ("Can't find bundles for ...") unless ``allow_missing_bundles``, which creates it empty;
+    if nothing matched at all, the host target gets a copy of the input (how plain host objects pass
+    through an unbundling step).
+    """
+    check_file_type(file_type)
+    if file_type == "a":
+        return unbundle_archive(input, targets, outputs, allow_missing_bundles=allow_missing_bundles,
+                                hip_openmp_compatible=hip_openmp_compatible, llvm_version=llvm_version)
+    if len(outputs) != len(targets):
+        raise OffloadError("number of output files and targets should match in unbundling mode")
+    ids = validate_targets(targets, bundling=False, llvm_version=llvm_version)
+    by_name = {str(entry): (entry, output) for entry, output in zip(ids, outputs)}
+    worklist = clang_stringmap_order(by_name)
+    extracted: dict[str, str | None] = {os.fspath(o): None for o in outputs}
+    with ExitStack() as stack, Outputs() as out:
+        data = read_bundle_input(input, file_type, stack)
+        fds = {name: out.create(by_name[name][1]) for name in by_name}
+        found_host = False
+        for part, entry in data.entries:
+            if not worklist:
+                break
+            code_object = parse_bundle_entry_id(entry.id, strict=False)
+            target = next((name for name in worklist if is_code_object_compatible(
+                code_object, by_name[name][0], hip_openmp_compatible=hip_openmp_compatible,
+                llvm_version=llvm_version)), None)
+            if target is None:
+                continue
+            _write_entry(part, entry, fds[target])
+            extracted[os.fspath(by_name[target][1])] = entry.id
+            worklist.remove(target)
+            found_host = found_host or code_object.is_host
+        if worklist and not allow_missing_bundles:
+            raise OffloadError(_cant_find(worklist))
+        if len(worklist) == len(ids):
+            for name in worklist:
+                if by_name[name][0].is_host:
+                    copy_range(data.whole.fd, data.whole.start, fds[name], data.whole.size)
+        elif not (found_host or not any(e.is_host for e in ids) or allow_missing_bundles):
+            raise OffloadError("Can't find bundle for the host target")
+        return UnbundleResult(extracted, tuple(data.compression))
+
+
+# ============================================================================================
+# Archives (-type=a, unbundling only)
+# ============================================================================================
+AR_MAGIC: Final = b"!<arch>\n"
+_AR_HEADER: Final = struct.Struct("16s12s6s6s8s10s2s")
+
+
+@dataclass(frozen=True)
+class ArchiveMember:
+    """A member of an ``ar`` archive: name and where its data is."""
+
+    name: str
+    offset: int
+    size: int
+
+
+def read_archive(region: FileRegion, *, label: str) -> list[ArchiveMember]:
+    """The members of a GNU or BSD archive (symbol tables skipped), each checked against the file."""
+    head = region.pread(8, 0)
+    if head == b"!<thin>\n":
+        raise _fail("thin archives are not supported", label, 0)
+    if head != AR_MAGIC:
+        raise _fail("not an archive (no !<arch> magic)", label, 0)
+    members: list[ArchiveMember] = []
+    names_table = b""
+    position = 8
+    while position < region.size:
+        if position % 2:
+            position += 1
+            if position >= region.size:
+                break
+        raw = region.pread(_AR_HEADER.size, position)
+        if len(raw) < _AR_HEADER.size:
+            raise _fail(f"truncated archive member header ({len(raw)} of {_AR_HEADER.size} bytes)", label,
+                        position)
+        name_field, _, _, _, _, size_field, fmag = _AR_HEADER.unpack(raw)
+        if fmag != b"`\n":
+            raise _fail("bad archive member header (no terminator)", label, position + 58)
+        try:
+            size = int(size_field.decode("ascii").strip() or "x")
+        except (UnicodeDecodeError, ValueError):
+            raise _fail(f"bad archive member size {size_field!r}", label, position + 48) from None
+        data_at = position + _AR_HEADER.size
+        if size < 0 or size > region.size - data_at:
+            raise _fail(f"archive member size {size} runs past the end of the archive", label, position + 48)
+        name = name_field.rstrip(b" ")
+        if name in (b"/", b"/SYM64/", b"__.SYMDEF", b"__.SYMDEF SORTED"):
+            pass
+        elif name == b"//":
+            if size > MAX_NAME_TABLE:
+                raise _fail(f"archive name table of {size} bytes is too large", label, position)
+            names_table = region.pread(size, data_at)
+        else:
+            data_offset, data_size = data_at, size
+            if name.startswith(b"#1/"):
+                try:
+                    name_len = int(name[3:])
+                except ValueError:
+                    raise _fail(f"bad BSD member name {name!r}", label, position) from None
+                if name_len > size:
+                    raise _fail("BSD member name runs past the member", label, position)
+                name = region.pread(name_len, data_at).rstrip(b"\0")
+                data_offset, data_size = data_at + name_len, size - name_len
+            elif name.startswith(b"/") and name[1:].isdigit():
+                at = int(name[1:])
+                stop = names_table.find(b"/\n", at)
+                if at >= len(names_table) or stop < 0:
+                    raise _fail(f"long member name offset {at} is outside the name table", label, position)
+                name = names_table[at:stop]
+            elif name.endswith(b"/"):
+                name = name[:-1]
+            if name.startswith(b"__.SYMDEF"):
+                pass
+            else:
+                try:
+                    text = name.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise _fail("archive member name is not valid UTF-8", label, position) from None
+                members.append(ArchiveMember(text, data_offset, data_size))
+        position = data_at + size
+    return members
+
+
+def llvm_path_stem(name: str) -> tuple[str, str]:
+    """``(sys::path::stem, sys::path::extension)`` of a file name, LLVM's way (``.x`` has stem ``""``)."""
+    base = name.rsplit("/", 1)[-1]
+    dot = base.rfind(".")
+    if dot < 0 or base in (".", ".."):
+        return base, ""
+    return base[:dot], base[dot:]
+
+
+def archive_member_name(member_name: str, bundle_id: str) -> str:
+    """Clang's name for an extracted entry: ``<stem>-<id><stem><ext>`` with ':' as '_'.
+
+    ``<ext>`` is ``.bc`` when the ID's target ID mentions ``gfx``, ``.cubin`` for ``sm_``, and the
+    member's own extension otherwise.
+    """
+    stem, extension = llvm_path_stem(member_name)
+    target_field = clang19_target_id_field(bundle_id)
+    if "gfx" in target_field:
+        extension = ".bc"
+    elif "sm_" in target_field:
+        extension = ".cubin"
+    return f"{stem}-{bundle_id}{stem}{extension}".replace(":", "_")
+
+
+@dataclass
+class _OutMember:
+    name: str
+    fd: int
+    offset: int
+    size: int
+
+
+def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
+                     outputs: Sequence[str | os.PathLike[str]], *, allow_missing_bundles: bool = False,
+                     hip_openmp_compatible: bool = False, check_input_archive: bool = False,
+                     llvm_version: int = 19) -> UnbundleResult:
+    """Split a static library of bundles into one GNU archive per target, as Clang 19 does.
+
+    Every entry of every member goes to *every* compatible target (in ``-targets`` order), named by
+    :func:`archive_member_name`; compressed members are decompressed first.  A target with nothing
+    compatible is an error, or an empty archive with ``allow_missing_bundles``.
+    ``check_input_archive`` first rejects members whose IDs break the target-ID conflict rule.
+    """
+    if len(outputs) != len(targets):
+        raise OffloadError("number of output files and targets should match in unbundling mode")
+    ids = validate_targets(targets, bundling=False, llvm_version=llvm_version)
+    names = [str(entry) for entry in ids]
+    path = os.fspath(input)
+    collected: dict[str, list[_OutMember]] = {name: [] for name in names}
+    with ExitStack() as stack:
+        opened = _open_input(path, stack)
+        archive = FileRegion(opened.fd, 0, opened.size)
+        members = read_archive(archive, label=path)
+        for member in members:
+            label = f"{path}({member.name})"
+            region = FileRegion(archive.fd, member.offset, member.size)
+            data = read_bundle_input(path, "a", stack, region=region, label=label)
+            if check_input_archive:
+                _check_member_conflicts(data, member.name, path)
+            member_file = member.name.rsplit("/", 1)[-1]
+            for part, entry in data.entries:
+                code_object = parse_bundle_entry_id(entry.id, strict=False)
+                matches = [name for entry_id, name in zip(ids, names) if is_code_object_compatible(
+                    code_object, entry_id, hip_openmp_compatible=hip_openmp_compatible,
+                    llvm_version=llvm_version)]
+                if not matches:
+                    continue
+                if entry.host_object:
+                    spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
+                    _strip_bundles(part.elf_path or _spool_region(part.region, stack), spool.fileno())
+                    fd, offset, size = spool.fileno(), 0, os.fstat(spool.fileno()).st_size
+                else:
+                    fd, offset, size = part.region_of(entry)
+                out_name = archive_member_name(member_file, entry.id)
+                for name in matches:
+                    collected[name].append(_OutMember(out_name, fd, offset, size))
+        for name in names:
+            if not collected[name] and not allow_missing_bundles:
+                raise OffloadError(f"no compatible code object found for the target '{name}' in heterogeneous "
+                                   f"archive library: {path}")
+        with Outputs() as out:
+            for name, output in zip(names, outputs):
+                write_archive(out.create(output), collected[name])
+    return UnbundleResult({os.fspath(o): None for o in outputs})
+
+
+def _check_member_conflicts(data: BundleInput, member: str, archive: str) -> None:
+    entries = []
+    for _, entry in data.entries:
+        entries.append(parse_bundle_entry_id(entry.id, strict=False))
+    try:
+        conflict = find_target_conflict(entries)
+    except TargetIDError as exc:
+        raise BundleFormatError(f"{member} of {archive}: {exc}") from None
+    if conflict is not None:
+        raise OffloadError(f"conflicting TargetIDs [{conflict[0]}, {conflict[1]}] found in {member} of {archive}")
+
+
+# --------------------------------------------------------------------------------------------
+# Writing GNU archives the way llvm::writeArchive does (deterministic, with a symbol table)
+# --------------------------------------------------------------------------------------------
+def _pad_field(value: str | int, width: int) -> bytes:
+    text = str(value).encode()
+    return text + b" " * (width - len(text)) if len(text) <= width else text
+
+
+def _member_header(name_field: bytes, size: int, mode: str = "644") -> bytes:
+    return (name_field + b" " * (16 - len(name_field)) + _pad_field(0, 12) + _pad_field(0, 6)
+            + _pad_field(0, 6) + _pad_field(mode, 8) + _pad_field(size, 10) + b"`\n")
+
+
+def write_archive(fd: int, members: Sequence[_OutMember]) -> None:
+    """Write a GNU archive byte-identical to ``writeArchive(..., NormalSymtab, K_GNU, Deterministic)``.
+
+    Member data is copied, not loaded.  The symbol table lists the defined global symbols of ELF and
+    LLVM bitcode members (bitcode through its embedded symbol table).
+    """
+    if not members:
+        _write_all(fd, AR_MAGIC)
+        return
+    strtab = bytearray()
+    name_at: dict[str, int] = {}  # long names are stored once, as llvm::writeArchive does
+    headers: list[bytes] = []
+    for member in members:
+        if len(member.name) < 16 and "/" not in member.name:
+            headers.append(_member_header(member.name.encode() + b"/", member.size))
+            continue
+        if member.name not in name_at:
+            name_at[member.name] = len(strtab)
+            strtab += member.name.encode() + b"/\n"
+        headers.append(_member_header(b"/" + str(name_at[member.name]).encode(), member.size))
+    if len(strtab) % 2:
+        strtab += b"\n"
+    symbols_per_member: list[list[bytes]] = []
+    has_object = False
+    for member in members:
+        symbols = member_symbols(FileRegion(member.fd, member.offset, member.size))
+        has_object = has_object or symbols is not None
+        symbols_per_member.append(symbols or [])
+    names = b"".join(s + b"\0" for syms in symbols_per_member for s in syms)
+    count = sum(len(syms) for syms in symbols_per_member)
+    if has_object and not names:
+        names = b"\0\0\0"
+    strtab_member = (b"//" + b" " * 46 + _pad_field(len(strtab), 10) + b"`\n" + bytes(strtab)) if strtab else b""
+    sizes = [len(h) + m.size + (m.size % 2) for h, m in zip(headers, members)]
+
+    def symtab(offset_size: int) -> bytes:
+        if not names:
+            return b""
+        body_size = offset_size * (1 + count) + len(names)
+        pad = body_size % 2
+        members_at = len(AR_MAGIC) + 60 + body_size + pad + len(strtab_member)
+        fmt = ">I" if offset_size == 4 else ">Q"
+        body = bytearray(struct.pack(fmt, count))
+        position = members_at
+        for syms, size in zip(symbols_per_member, sizes):
+            body += struct.pack(fmt, position) * len(syms)
+            position += size
+        body += names + b"\0" * pad
+        return _member_header(b"/" if offset_size == 4 else b"/SYM64/", len(body), "0") + bytes(body)
+
+    table = symtab(4)
+    last_header = len(AR_MAGIC) + len(table) + len(strtab_member) + sum(sizes[:-1])
+    if names and last_header >= 1 << 32:
+        table = symtab(8)
+    _write_all(fd, AR_MAGIC + table + strtab_member)
+    for header, member in zip(headers, members):
+        _write_all(fd, header)
+        copy_range(member.fd, member.offset, fd, member.size)
+        if member.size % 2:
+            _write_all(fd, b"\n")
+
+
+def member_symbols(region: FileRegion) -> list[bytes] | None:
+    """The archive symbols of a member (defined, global, not format-specific), or None when the
+    member is not a symbolic file (then it adds nothing to the symbol table)."""
+    head = region.pread(4, 0)
+    if head == ELF_MAGIC:
+        return _elf_symbols(region)
+    if head in (b"BC\xc0\xde", b"\xde\xc0\x17\x0b"):
+        return _bitcode_symbols(region)
+    return None
+
+
+def _elf_symbols(region: FileRegion) -> list[bytes] | None:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    try:
+        elf = ELFFile(region)
+        table = next((s for s in elf.iter_sections() if isinstance(s, SymbolTableSection)
+                      and s["sh_type"] == "SHT_SYMTAB"), None)
+        if table is None:
+            return []
+        found = []
+        for index, symbol in enumerate(table.iter_symbols()):
+            info = symbol["st_info"]
+            if (index == 0 or info["type"] in ("STT_FILE", "STT_SECTION") or info["bind"] == "STB_LOCAL"
+                    or symbol["st_shndx"] == "SHN_UNDEF"):
+                continue
+            found.append(symbol.name.encode("latin-1"))
+        return found
+    except (ELFError, struct.error, ValueError, KeyError, IndexError, UnicodeError) as exc:
+        raise BundleFormatError(f"malformed ELF archive member: {exc}") from None
+
+
+# LLVM bitcode: just enough of the bitstream container to find the symbol table the writer embeds
+# (SYMTAB_BLOCK, an irsymtab::storage blob, and STRTAB_BLOCK), which lists the same symbols, with
+# the same flags, that llvm::writeArchive gets by loading the module.
+_BC_STRTAB_BLOCK: Final = 23
+_BC_SYMTAB_BLOCK: Final = 25
+_IRSYM_HEADER: Final = struct.Struct("<I" + "II" * 9)
+_IRSYM_SYMBOL: Final = struct.Struct("<IIIIII")
+_FB_UNDEFINED, _FB_GLOBAL, _FB_FORMAT_SPECIFIC = 3, 10, 11
+
+
+class _Bits:
+    """A little-endian bit reader over bytes (LLVM's bitstream order)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def read(self, width: int) -> int:
+        if width == 0:
+            return 0
+        end = self.pos + width
+        if end > len(self.data) * 8:
+            raise ValueError("bitstream ends early")
+        first, last = self.pos // 8, (end + 7) // 8
+        value = int.from_bytes(self.data[first:last], "little") >> (self.pos % 8)
+        self.pos = end
+        return value & ((1 << width) - 1)
+
+    def vbr(self, width: int) -> int:
+        result, shift = 0, 0
+        while True:
+            piece = self.read(width)
+            result |= (piece & ((1 << (width - 1)) - 1)) << shift
+            if not piece >> (width - 1):
+                return result
+            shift += width - 1
+            if shift > 64:
+                raise ValueError("VBR value too long")
+
+    def align32(self) -> None:
+        self.pos = (self.pos + 31) // 32 * 32
+
+
+def _bitcode_blob(body: bytes, abbrev_width: int) -> bytes | None:
+    """The first blob operand of a record in a block body (STRTAB_BLOB / SYMTAB_BLOB)."""
+    bits = _Bits(body)
+    abbrevs: list[list[tuple[str, int]]] = []
+    while bits.pos < len(body) * 8:
+        code = bits.read(abbrev_width)
+        if code == 0:  # END_BLOCK
+            return None
+        if code == 1:
+            raise ValueError("unexpected sub-block")
+        if code == 2:  # DEFINE_ABBREV
+            ops: list[tuple[str, int]] = []
+            for _ in range(bits.vbr(5)):
+                if bits.read(1):
+                    ops.append(("literal", bits.vbr(8)))
+                    continue
+                encoding = bits.read(3)
+                kind = {1: "fixed", 2: "vbr", 3: "array", 4: "char6", 5: "blob"}.get(encoding)
+                if kind is None:
+                    raise ValueError("bad abbreviation encoding")
+                ops.append((kind, bits.vbr(5) if kind in ("fixed", "vbr") else 0))
+            abbrevs.append(ops)
+            continue
+        if code == 3:  # UNABBREV_RECORD
+            bits.vbr(6)
+            for _ in range(bits.vbr(6)):
+                bits.vbr(6)
+            continue
+        ops = abbrevs[code - 4]
+        index = 0
+        while index < len(ops):
+            kind, width = ops[index]
+            if kind == "literal":
+                pass
+            elif kind == "fixed":
+                bits.read(width)
+            elif kind == "vbr":
+                bits.vbr(width)
+            elif kind == "char6":
+                bits.read(6)
+            elif kind == "array":
+                element_kind, element_width = ops[index + 1]
+                for _ in range(bits.vbr(6)):
+                    bits.read(6) if element_kind == "char6" else (
+                        bits.read(element_width) if element_kind == "fixed" else bits.vbr(element_width))
+                index += 1
+            elif kind == "blob":
+                length = bits.vbr(6)
+                bits.align32()
+                start = bits.pos // 8
+                if start + length > len(body):
+                    raise ValueError("blob runs past the block")
+                return body[start:start + length]
+            index += 1
+    return None
+
+
+def _bitcode_symbols(region: FileRegion) -> list[bytes] | None:
+    """Archive symbols of an LLVM bitcode member from its embedded symbol table.
+
+    None (no symbol-table entry, as llvm-ar does for bitcode it cannot read) when the file has no
+    usable table.
+    """
+    try:
+        start = 0
+        head = region.pread(20, 0)
+        if head[:4] == b"\xde\xc0\x17\x0b":  # wrapper header: magic, version, offset, size, cputype
+            start = struct.unpack_from("<I", head, 8)[0]
+        if region.pread(4, start) != b"BC\xc0\xde":
+            return None
+        position = start + 4
+        blobs: dict[int, bytes] = {}
+        while position + 4 <= region.size:
+            prefix = region.pread(16, position)
+            bits = _Bits(prefix)
+            if bits.read(2) != 1:  # anything but ENTER_SUBBLOCK ends the top level
+                break
+            block_id = bits.vbr(8)
+            width = bits.vbr(4)
+            bits.align32()
+            words = bits.read(32)
+            body_at = position + bits.pos // 8
+            if body_at + 4 * words > region.size:
+                raise ValueError("block runs past the end of the file")
+            if block_id in (_BC_STRTAB_BLOCK, _BC_SYMTAB_BLOCK):
+                blob = _bitcode_blob(region.pread(4 * words, body_at), width)
+                if blob is not None:
+                    blobs[block_id] = blob
+            position = body_at + 4 * words
+        symtab, strtab = blobs.get(_BC_SYMTAB_BLOCK), blobs.get(_BC_STRTAB_BLOCK)
+        if symtab is None or strtab is None or len(symtab) < _IRSYM_HEADER.size:
+            return None
+        header = _IRSYM_HEADER.unpack_from(symtab)
+        if header[0] not in (2, 3):  # irsymtab::storage::Header::kCurrentVersion
+            return None
+        symbols_at, symbol_count = header[7], header[8]
+        if symbols_at + symbol_count * _IRSYM_SYMBOL.size > len(symtab):
+            return None
+        found = []
+        for index in range(symbol_count):
+            name_at, name_size, _, _, _, flags = _IRSYM_SYMBOL.unpack_from(symtab, symbols_at + index * _IRSYM_SYMBOL.size)
+            if not flags >> _FB_GLOBAL & 1 or flags >> _FB_UNDEFINED & 1 or flags >> _FB_FORMAT_SPECIFIC & 1:
+                continue
+            if name_at + name_size > len(strtab):
+                return None
+            found.append(strtab[name_at:name_at + name_size])
+        return found
+    except (ValueError, IndexError, struct.error):
+        return None
