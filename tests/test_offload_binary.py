@@ -8,12 +8,12 @@ where every malformed input ends in OffloadBinaryFormatError with a byte offset.
 """
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import random
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,18 +109,28 @@ def test_string_table_builder_tail_merges_in_llvm_order() -> None:
     assert offsets[b""] == 0
 
 
-def test_hash_matches_libllvm_19_and_22() -> None:
-    """Our hash_value(StringRef) is LLVM's: call the exported function of both libLLVMs."""
+_CALL_HASH = """
+import ctypes, sys
+fn = getattr(ctypes.CDLL(sys.argv[1]), "_ZN4llvm10hash_valueENS_9StringRefE")
+fn.restype = ctypes.c_uint64
+fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+for line in sys.stdin:
+    data = bytes.fromhex(line.strip())
+    print(fn(data, len(data)))
+"""
+
+
+@pytest.mark.parametrize("lib", ["/usr/lib/llvm-19/lib/libLLVM.so.19.1", "/usr/lib/llvm-22/lib/libLLVM.so.22.1"])
+def test_hash_matches_libllvm(lib: str) -> None:
+    """Our hash_value(StringRef) is LLVM's: call the function libLLVM exports (in a separate process, so
+    that this one never holds two LLVMs)."""
+    if not os.path.exists(lib):
+        pytest.fail(f"{lib} is missing: the LLVM 19 and 22 packages are required")
     rng = random.Random(7)
-    for lib in ("/usr/lib/llvm-19/lib/libLLVM.so.19.1", "/usr/lib/llvm-22/lib/libLLVM.so.22.1"):
-        if not os.path.exists(lib):
-            pytest.fail(f"{lib} is missing: the LLVM 19 and 22 packages are required")
-        fn = getattr(ctypes.CDLL(lib), "_ZN4llvm10hash_valueENS_9StringRefE")
-        fn.restype = ctypes.c_uint64
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        for n in list(range(0, 200)) + [255, 256, 257, 1000, 4096]:
-            data = bytes(rng.getrandbits(8) for _ in range(n))
-            assert llvm_hash_value(data) == fn(data, n), (lib, n)
+    samples = [bytes(rng.getrandbits(8) for _ in range(n)) for n in list(range(0, 200)) + [255, 256, 257, 1000, 4096]]
+    result = subprocess.run([sys.executable, "-c", _CALL_HASH, lib], input="\n".join(s.hex() for s in samples) + "\n",
+                            capture_output=True, text=True, check=True)
+    assert [int(v) for v in result.stdout.split()] == [llvm_hash_value(s) for s in samples]
 
 
 def _random_spec(rng: random.Random) -> list[tuple[str, str | None]]:
@@ -284,6 +294,13 @@ def built(tmp_path_factory: pytest.TempPathFactory, llvm19) -> dict[str, Path]:
     (d / "sub" / "a-very-long-member-name.o").write_bytes((d / "gpu.o").read_bytes())
     run(llvm19("llvm-ar"), "rcs", "libfat.a", "fat.o", "gpu.o", "sub/a-very-long-member-name.o", cwd=d)
     run(llvm19("llvm-ar"), "rcs", "--thin", "libthin.a", "fat.o", "gpu.o", cwd=d)
+    # COFF has no section types: Clang finds ".llvm.offloading*" by name.
+    (d / "k.cubin").write_bytes(b"cubin!")
+    run(llvm19("clang-offload-packager"), "-o", "cuda.pkg", "--image=file=k.cubin,triple=nvptx64-nvidia-cuda,arch=sm_80,kind=openmp",
+        "--image=file=k.cubin,triple=nvptx64-nvidia-cuda,arch=sm_90,kind=openmp", cwd=d)
+    (d / "e.c").write_text("int f(void) { return 1; }\n")
+    run(llvm19("clang"), "--target=x86_64-pc-windows-msvc", "-c", "e.c", "-o", "plain.obj", cwd=d)
+    run(llvm19("llvm-objcopy"), "--add-section=.llvm.offloading=cuda.pkg", "plain.obj", "coff.obj", cwd=d)
     return {p.name: p for p in d.iterdir()}
 
 
@@ -301,6 +318,7 @@ def _clang_extract(llvm19, path: Path, workdir: Path) -> dict[str, bytes]:
     ("a.out", [ContainerKind.ELF_EXECUTABLE]),
     ("libx.so", [ContainerKind.ELF_SHARED_OBJECT]),
     ("lto.o", [ContainerKind.BITCODE]),
+    ("coff.obj", [ContainerKind.COFF_OBJECT] * 2),
 ])
 def test_extraction_matches_clang(built: dict[str, Path], tmp_path: Path, llvm19, name: str, kinds: list[ContainerKind]) -> None:
     found = extract_offload_binaries(built[name])

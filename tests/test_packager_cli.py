@@ -237,24 +237,30 @@ def test_malformed_input_is_one_line_with_file_and_offset(name: str, inputs: Pat
 # --------------------------------------------------------------------------------------------------
 # Memory: streaming keeps the peak RSS flat.
 
-_MEASURE = """
-import resource, sys
+_RUN = """
+import sys
 from offload_builders.cli.packager import main
 mode, image, out = sys.argv[1:4]
 if mode == "bundle":
-    rc = main(["-o", out, f"--image=file={image},triple=x86_64-unknown-linux-gnu,arch=,kind=openmp"])
-else:
-    rc = main([image, f"--image=kind=openmp,file={out}"])
-print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    sys.exit(main(["-o", out, f"--image=file={image},triple=x86_64-unknown-linux-gnu,arch=,kind=openmp"]))
+sys.exit(main([image, f"--image=kind=openmp,file={out}"]))
+"""
+
+# Linux keeps a process's RSS high-water mark across fork+exec, so a child forked straight from this
+# (large) pytest process would report pytest's own peak. A small launcher forks the packager instead
+# and reports getrusage(RUSAGE_CHILDREN): the packager's own peak.
+_LAUNCH = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
 def _peak_kib(mode: str, image: Path, out: Path) -> int:
-    result = subprocess.run([sys.executable, "-c", _MEASURE, mode, str(image), str(out)], capture_output=True,
-                            text=True, check=True)
-    rc, peak = result.stdout.split()
-    assert rc == "0", result.stderr
-    return int(peak)
+    result = subprocess.run([sys.executable, "-c", _LAUNCH, sys.executable, "-c", _RUN, mode, str(image), str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
 
 
 def test_memory_stays_flat_for_a_256_mib_image(tmp_path: Path) -> None:
@@ -273,4 +279,4 @@ def test_memory_stays_flat_for_a_256_mib_image(tmp_path: Path) -> None:
     assert (tmp_path / "again.o").stat().st_size == 256 << 20
     assert bundled - baseline < 16 << 10, (baseline, bundled)  # KiB: far below the 256 MiB image
     assert extracted - baseline < 16 << 10, (baseline, extracted)
-    assert max(bundled, extracted) < 96 << 10
+    assert max(bundled, extracted) < 64 << 10, (bundled, extracted)

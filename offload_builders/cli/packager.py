@@ -13,9 +13,7 @@ input, the byte offset) and exit status 1; outputs appear atomically, so a faile
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -165,6 +163,9 @@ def _os_message(exc: OSError) -> str:
 
 def _spool_stdin() -> str:
     """Copy standard input to a temporary file (removed by the caller) so it can be streamed and sized."""
+    import shutil
+    import tempfile
+
     fd, path = tempfile.mkstemp(prefix="offload-packager-stdin-")
     with os.fdopen(fd, "wb") as out:
         shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)

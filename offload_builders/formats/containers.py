@@ -6,6 +6,7 @@
 * a raw OffloadBinary (``10 FF 10 AD``): the back-to-back binaries filling the file;
 * an ELF relocatable object, executable or shared object: every section of type
   ``SHT_LLVM_OFFLOADING`` (``0x6fff4c0b``), found with pyelftools;
+* a COFF object (no section types there): every section whose name starts with ``.llvm.offloading``;
 * an ``ar`` archive (GNU, BSD or thin; nested archives too): every member, recursively;
 * LLVM bitcode (a host object compiled with ``-flto``): each global named by the ``!llvm.embedded.objects``
   metadata with section string ``.llvm.offloading``, read through llvmlite (whose LLVM 22 reads the
@@ -59,6 +60,10 @@ _AR_MAGIC = b"!<arch>\n"
 _THIN_MAGIC = b"!<thin>\n"
 _BC_MAGIC = b"BC\xc0\xde"
 _BC_WRAPPER_MAGIC = b"\xde\xc0\x17\x0b"
+# identify_magic's COFF object machine types (little-endian IMAGE_FILE_MACHINE_*): i386, ARMNT, PA-RISC,
+# m68k, AMD64, ARM64, ARM64EC, ARM64X.
+_COFF_MAGICS = {b"\x4c\x01", b"\x4c\x02", b"\xc4\x01", b"\xc4\x02", b"\x90\x02", b"\x68\x02", b"\x64\x86",
+                b"\x64\xaa", b"\x41\xa6", b"\x4e\xa6"}
 
 
 class ContainerKind(enum.Enum):
@@ -68,6 +73,7 @@ class ContainerKind(enum.Enum):
     ELF_RELOCATABLE = "ELF relocatable"
     ELF_EXECUTABLE = "ELF executable"
     ELF_SHARED_OBJECT = "ELF shared object"
+    COFF_OBJECT = "COFF object"
     ARCHIVE = "archive"
     THIN_ARCHIVE = "thin archive"
     BITCODE = "LLVM bitcode"
@@ -93,6 +99,8 @@ def identify(head: bytes) -> ContainerKind:
         e_type = head[16] | (head[17] << 8) if little else (head[16] << 8) | head[17]
         return {1: ContainerKind.ELF_RELOCATABLE, 2: ContainerKind.ELF_EXECUTABLE,
                 3: ContainerKind.ELF_SHARED_OBJECT}.get(e_type, ContainerKind.OTHER)
+    if head[:2] in _COFF_MAGICS and len(head) >= 20:
+        return ContainerKind.COFF_OBJECT
     return ContainerKind.OTHER
 
 
@@ -230,6 +238,8 @@ def _extract_region(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, 
             walk.results.append(FoundBinary(_with_path(binary, file), origin))
     elif kind in (ContainerKind.ELF_RELOCATABLE, ContainerKind.ELF_EXECUTABLE, ContainerKind.ELF_SHARED_OBJECT):
         _extract_elf(walk, f, file, start, size, members, display, kind)
+    elif kind is ContainerKind.COFF_OBJECT:
+        _extract_coff(walk, f, file, start, size, members, display)
     elif kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE):
         if depth >= _MAX_DEPTH:
             raise _fail(f"archives nested more than {_MAX_DEPTH} deep", file, members, display, start)
@@ -299,6 +309,67 @@ def _has_interpreter(elf: Any) -> bool:
     if count == 0 or count >= 0xFFFF:
         return False
     return any(segment["p_type"] == "PT_INTERP" for segment in elf.iter_segments())
+
+
+# --- COFF objects -----------------------------------------------------------------------------------
+
+_COFF_HEADER = struct.Struct("<HHIIIHH")  # Machine, NumberOfSections, TimeDateStamp, PointerToSymbolTable,
+#                                           NumberOfSymbols, SizeOfOptionalHeader, Characteristics
+_COFF_SECTION = struct.Struct("<8sIIIIIIHHI")  # Name, VirtualSize, VirtualAddress, SizeOfRawData,
+#                          PointerToRawData, PointerToRelocations, PointerToLinenumbers, NumberOf..., Characteristics
+_BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _extract_coff(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
+                  display: str | None) -> None:
+    """Sections named ``.llvm.offloading*`` of a COFF object (LLVM's ``extractFromObject``)."""
+    label = _label(file, members, display)
+    f.seek(start)
+    _machine, count, _stamp, symbols_at, symbol_count, optional, _flags = _COFF_HEADER.unpack(f.read(_COFF_HEADER.size))
+    table = _COFF_HEADER.size + optional
+    if table > size or count > (size - table) // _COFF_SECTION.size:
+        raise OffloadFormatError(f"COFF section table ({count} sections) runs past the end of the file", path=label,
+                                 offset=start + table)
+    strings_at = symbols_at + 18 * symbol_count  # the string table follows the symbol table
+    f.seek(start + table)
+    raw_table = f.read(count * _COFF_SECTION.size)
+    for index in range(count):
+        at = start + table + index * _COFF_SECTION.size
+        raw_name, _vsize, _vaddr, length, offset, *_rest = _COFF_SECTION.unpack_from(raw_table, index * _COFF_SECTION.size)
+        name = _coff_section_name(f, raw_name, start, size, strings_at, label, at)
+        if not name.startswith(b".llvm.offloading"):
+            continue
+        if offset > size or length > size - offset:
+            raise OffloadFormatError(f"section {name.decode(errors='replace')} data [{offset:#x}, {offset + length:#x}) "
+                                     f"runs past the end of the file", path=label, offset=at + 20)
+        origin = Origin(file, ContainerKind.COFF_OBJECT, members, name.decode("utf-8", "surrogateescape"), None, display)
+        for binary in iter_offload_binaries(f, start + offset, start + offset + length, path=label):
+            walk.results.append(FoundBinary(_with_path(binary, file), origin))
+
+
+def _coff_section_name(f: BinaryIO, raw: bytes, start: int, size: int, strings_at: int, label: str, at: int) -> bytes:
+    """A section name: inline (8 bytes, NUL-padded) or ``/decimal`` / ``//base64`` into the string table."""
+    if not raw.startswith(b"/"):
+        return raw.rstrip(b"\0")
+    text = raw[1:].rstrip(b"\0").decode("latin-1")
+    try:
+        if text.startswith("/"):
+            index = 0
+            for char in text[1:]:
+                index = index * 64 + _BASE64.index(char)
+        else:
+            index = int(text)
+    except ValueError:
+        raise OffloadFormatError(f"bad COFF long section name {raw!r}", path=label, offset=at) from None
+    position = strings_at + index
+    if position >= size:
+        raise OffloadFormatError(f"COFF section name offset {index} is past the end of the file", path=label, offset=at)
+    f.seek(start + position)
+    chunk = f.read(min(4096, size - position))
+    end = chunk.find(b"\0")
+    if end < 0:
+        raise OffloadFormatError("COFF section name is not NUL-terminated", path=label, offset=start + position)
+    return chunk[:end]
 
 
 # --- ar archives ----------------------------------------------------------------------------------

@@ -31,17 +31,16 @@ our output is byte-identical to Clang's.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import errno
 import os
-import shutil
 import stat
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, NamedTuple, Union
+from typing import IO, Any, BinaryIO, Union
 
 from offload_builders.errors import OffloadBinaryFormatError
 
@@ -101,7 +100,7 @@ class Record:
         self.name = name
         self.struct = struct.Struct("<" + "".join(code for _, code in fields))
         self.size = self.struct.size
-        self.tuple: type[Any] = NamedTuple(name, [(f, bytes if c.endswith("s") else int) for f, c in fields])  # type: ignore[misc]
+        self.tuple: type[Any] = collections.namedtuple(name, [f for f, _ in fields])  # type: ignore[misc]
         self.fields = tuple(f for f, _ in fields)
         self.offsets: dict[str, int] = {}
         pos = 0
@@ -930,6 +929,9 @@ def _write_one(image: OffloadingImage, out_fd: int) -> int:
         st = os.fstat(src.fileno())
         if not stat.S_ISREG(st.st_mode):
             # A pipe or device: its size is unknown until read, so spool it to an anonymous file first.
+            import shutil
+            import tempfile
+
             with tempfile.TemporaryFile() as spool:
                 shutil.copyfileobj(src, spool, _COPY_CHUNK)
                 spool.flush()
@@ -1016,6 +1018,8 @@ def atomic_output(output: str | os.PathLike[str]) -> Iterator[int]:
         finally:
             os.close(fd)
         return
+    import tempfile  # imported here: it costs a few milliseconds of start-up the read path does not need
+
     directory = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory)
     try:
