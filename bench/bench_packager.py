@@ -56,7 +56,9 @@ def measure(cmd: list[str], stdout_path: Path | None = None, env: dict[str, str]
     """
     os.sync()  # settle dirty pages from earlier runs so writeback does not land in this measurement
     out = open(stdout_path, "wb") if stdout_path is not None else subprocess.DEVNULL
-    report = Path(tempfile.mktemp(prefix="bench_packager_time."))
+    handle, name = tempfile.mkstemp(prefix="bench_packager_time.")
+    os.close(handle)
+    report = Path(name)
     full = [str(TIME), "-f", "%M", "-o", str(report), *cmd] if TIME.exists() else cmd
     try:
         start = time.perf_counter()
@@ -70,9 +72,10 @@ def measure(cmd: list[str], stdout_path: Path | None = None, env: dict[str, str]
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed with status {proc.returncode}")
     peak = usage.ru_maxrss
-    if report.exists():
-        peak = int(report.read_text().split()[-1])
-        report.unlink()
+    text = report.read_text().split()
+    report.unlink()
+    if text:
+        peak = int(text[-1])
     return elapsed, peak
 
 

@@ -26,7 +26,6 @@ from offload_builders.formats.offload_binary import (
     ENTRY,
     HEADER,
     MAX_NUM_STRINGS,
-    STRING_ENTRY,
     ImageKind,
     OffloadingImage,
     OffloadKind,
@@ -571,3 +570,35 @@ def test_property_round_trip_and_clang_reads_it(pairs: dict[str, str], payload: 
     out.write_bytes(data)
     listing = run(llvm19("llvm-objdump"), "--offloading", out).stdout
     assert f"arch            {pairs.get('arch', '')}\n" in listing
+
+
+@pytest.fixture(scope="module")
+def container_samples(built: dict[str, Path]) -> dict[str, bytes]:
+    return {name: built[name].read_bytes() for name in ("fat.o", "libfat.a", "coff.obj", "a.out")}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_property_mutated_containers_parse_or_raise_format_error(data: st.DataObject, container_samples: dict[str, bytes],
+                                                                 tmp_path: Path) -> None:
+    """Flipped bytes, overwritten words and truncation of real ELF/COFF/ar files: results or an
+    OffloadFormatError that names the file -- never another exception (pyelftools' included)."""
+    name = data.draw(st.sampled_from(sorted(container_samples)))
+    raw = bytearray(container_samples[name])
+    for _ in range(data.draw(st.integers(1, 6))):
+        where = data.draw(st.integers(0, len(raw) - 8))
+        if data.draw(st.booleans()):
+            raw[where] = data.draw(st.integers(0, 255))
+        else:
+            raw[where:where + 8] = data.draw(_INTERESTING).to_bytes(8, "little")
+    if data.draw(st.booleans()):
+        del raw[data.draw(st.integers(1, len(raw))):]
+    path = tmp_path / name
+    path.write_bytes(bytes(raw))
+    try:
+        found = extract_offload_binaries(path)
+    except OffloadFormatError as exc:
+        assert exc.path is not None and name in exc.path
+        return
+    for f in found:
+        assert len(f.read_image()) == f.binary.image_size

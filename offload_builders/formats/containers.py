@@ -22,10 +22,10 @@ Every malformed container ends in :class:`~offload_builders.errors.OffloadFormat
 """
 from __future__ import annotations
 
+import codecs
 import enum
 import os
 import re
-import codecs
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
