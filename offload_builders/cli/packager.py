@@ -21,6 +21,7 @@ from offload_builders import __version__
 from offload_builders.errors import OffloadError
 from offload_builders.formats.offload_binary import (
     KindTable,
+    OffloadBinary,
     OffloadingImage,
     atomic_output,
     kind_table,
@@ -219,6 +220,16 @@ def _bundle(opts: _Options, table: KindTable) -> None:
             os.unlink(path)
 
 
+def _matches(binary: OffloadBinary, key: str, value: str, table: KindTable) -> bool:
+    """Clang's filter: ``file`` matches anything, ``kind`` compares the offload kind, other keys the strings
+    (a missing key reads as "")."""
+    if key == "file":
+        return True
+    if key == "kind":
+        return binary.offload_kind == table.offload_value_for_name(value)
+    return binary.string(key) == value
+
+
 def _extract(opts: _Options, table: KindTable) -> None:
     from offload_builders.formats.containers import ArchiveMember, extract_offload_binaries, write_archive
 
@@ -234,15 +245,7 @@ def _extract(opts: _Options, table: KindTable) -> None:
         for spec in opts.images:
             pairs = packager_arguments(spec)
             values = dict(pairs)
-
-            def matches(key: str, value: str, binary: object) -> bool:
-                if key == "file":
-                    return True
-                if key == "kind":
-                    return binary.offload_kind == table.offload_value_for_name(value)  # type: ignore[attr-defined]
-                return binary.string(key) == value  # type: ignore[attr-defined]
-
-            chosen = [f for f in found if all(matches(k, v, f.binary) for k, v in pairs)]
+            chosen = [f for f in found if all(_matches(f.binary, k, v, table) for k, v in pairs)]
             if not chosen:
                 continue
             if opts.archive:

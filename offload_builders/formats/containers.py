@@ -38,6 +38,7 @@ from offload_builders.formats.offload_binary import (
     atomic_output,
     copy_file_range_stream,
     iter_offload_binaries,
+    write_all,
 )
 
 __all__ = [
@@ -220,13 +221,6 @@ def extract_offload_binaries(path: str | os.PathLike[str], *, include_shared_obj
     return walk.results
 
 
-def _fail(message: str, origin_file: str, members: tuple[str, ...], display: str | None, offset: int) -> OffloadFormatError:
-    name = display if display is not None else origin_file
-    for member in members:
-        name += f"({member})"
-    return OffloadFormatError(message, path=name, offset=offset)
-
-
 def _extract_region(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
                     display: str | None, depth: int) -> None:
     f.seek(start)
@@ -242,7 +236,8 @@ def _extract_region(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, 
         _extract_coff(walk, f, file, start, size, members, display)
     elif kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE):
         if depth >= _MAX_DEPTH:
-            raise _fail(f"archives nested more than {_MAX_DEPTH} deep", file, members, display, start)
+            raise OffloadFormatError(f"archives nested more than {_MAX_DEPTH} deep", path=_label(file, members, display),
+                                     offset=start)
         _extract_archive(walk, f, file, start, size, members, display, depth, kind is ContainerKind.THIN_ARCHIVE)
     elif kind is ContainerKind.BITCODE:
         f.seek(start)
@@ -456,8 +451,8 @@ def _extract_archive(walk: _Walk, f: BinaryIO, file: str, start: int, size: int,
                     inner_size = os.fstat(inner.fileno()).st_size
                     _extract_region(walk, inner, target, 0, inner_size, (), None, depth + 1)
             except FileNotFoundError:
-                raise _fail(f"thin archive member {member.name!r} is missing", file, members, display,
-                            member.header_offset) from None
+                raise OffloadFormatError(f"thin archive member {member.name!r} is missing",
+                                         path=_label(file, members, display), offset=member.header_offset) from None
             continue
         _extract_region(walk, f, file, member.data_offset, member.size, members + (member.name,), display, depth + 1)
 
@@ -714,19 +709,13 @@ def write_archive(members: Sequence[ArchiveMember], output: str | os.PathLike[st
             chunks += [_header(b"/" if width == 4 else b"/SYM64/", b"0", len(body)), body]
         if long_table:
             chunks += [b"//" + b" " * 46 + str(len(long_table)).encode().ljust(10) + b"`\n", bytes(long_table)]
-        _write(fd, b"".join(chunks))
+        write_all(fd, b"".join(chunks))
         for member, name in zip(members, names):
-            _write(fd, _header(name, b"644", member.size))
+            write_all(fd, _header(name, b"644", member.size))
             if isinstance(member.source, bytes):
-                _write(fd, member.source[member.offset:member.offset + member.size])
+                write_all(fd, member.source[member.offset:member.offset + member.size])
             else:
                 with open(member.source, "rb") as src:
                     copy_file_range_stream(src.fileno(), fd, member.offset, member.size)
             if member.size & 1:
-                _write(fd, b"\n")
-
-
-def _write(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+                write_all(fd, b"\n")

@@ -71,6 +71,7 @@ __all__ = [
     "packager_arguments",
     "parse_offload_binary",
     "read_offload_binaries",
+    "write_all",
     "write_offload_binaries",
 ]
 
@@ -179,43 +180,28 @@ class KindTable:
 
     def offload_value(self, kind: OffloadKind) -> int:
         """Numeric ``TheOffloadKind`` for ``kind``; ``ValueError`` if this LLVM has no such kind."""
-        try:
-            return self.offload_values[kind]
-        except KeyError:
-            raise ValueError(f"LLVM {self.llvm_version} has no offload kind {kind.value!r}") from None
+        return _lookup(self.offload_values, kind, f"LLVM {self.llvm_version} has no offload kind {kind.value!r}")
 
     def offload_kind(self, value: int) -> OffloadKind | None:
         """Symbolic kind of a stored ``TheOffloadKind``, or None when this LLVM gives it no meaning."""
-        for kind, v in self.offload_values.items():
-            if v == value:
-                return kind
-        return None
+        return _reverse(self.offload_values, value)
 
     def offload_kind_name(self, value: int) -> str:
         """LLVM's ``getOffloadKindName``: "none" for 0 and for values this release does not know."""
-        kind = self.offload_kind(value)
-        return (kind or OffloadKind.NONE).value
+        return (self.offload_kind(value) or OffloadKind.NONE).value
 
     def offload_value_for_name(self, name: str) -> int:
         """LLVM's ``getOffloadKind(StringRef)`` (the packager's ``kind=``): unknown names give 0."""
-        for kind, v in self.offload_values.items():
-            if kind is not OffloadKind.NONE and kind.value == name:
-                return v
-        return 0
+        kinds = {kind.value: v for kind, v in self.offload_values.items() if kind is not OffloadKind.NONE}
+        return kinds.get(name, 0)
 
     def image_value(self, kind: ImageKind) -> int:
         """Numeric ``TheImageKind`` for ``kind``; ``ValueError`` if this LLVM has no such kind."""
-        try:
-            return self.image_values[kind]
-        except KeyError:
-            raise ValueError(f"LLVM {self.llvm_version} has no image kind {kind.name}") from None
+        return _lookup(self.image_values, kind, f"LLVM {self.llvm_version} has no image kind {kind.value}")
 
     def image_kind(self, value: int) -> ImageKind | None:
         """Symbolic kind of a stored ``TheImageKind``, or None when this LLVM does not define it."""
-        for kind, v in self.image_values.items():
-            if v == value:
-                return kind
-        return None
+        return _reverse(self.image_values, value)
 
     def image_kind_name(self, value: int) -> str:
         """LLVM's ``getImageKindName`` (the extraction file extension): "" for unknown values."""
@@ -226,6 +212,17 @@ class KindTable:
         """LLVM's ``getImageKind(StringRef)``: the packager's extension-based guess, 0 when unknown."""
         kind = _EXTENSION_KINDS.get(extension)
         return self.image_values[kind] if kind is not None else 0
+
+
+def _lookup(values: Mapping[Any, int], kind: Any, message: str) -> int:
+    try:
+        return values[kind]
+    except KeyError:
+        raise ValueError(message) from None
+
+
+def _reverse(values: Mapping[Any, int], value: int) -> Any:
+    return next((kind for kind, v in values.items() if v == value), None)
 
 
 def kind_table(llvm_version: int) -> KindTable:
@@ -628,7 +625,7 @@ class OffloadBinary:
         src = self._source(source)
         dst_fd = dst if isinstance(dst, int) else _flushed_fileno(dst)
         if isinstance(src, (bytes, bytearray, memoryview)):
-            _write_all(dst_fd, memoryview(src).cast("B")[self.image_offset:self.image_offset + self.image_size])
+            write_all(dst_fd, memoryview(src).cast("B")[self.image_offset:self.image_offset + self.image_size])
             return
         if isinstance(src, (str, os.PathLike)):
             with open(src, "rb") as f:
@@ -921,9 +918,9 @@ def write_offload_binaries(images: Iterable[OffloadingImage], output: str | os.P
 def _write_one(image: OffloadingImage, out_fd: int) -> int:
     if isinstance(image.image, bytes):
         prefix, pad = offload_binary_prefix(image, len(image.image))
-        _write_all(out_fd, prefix)
-        _write_all(out_fd, image.image)
-        _write_all(out_fd, bytes(pad))
+        write_all(out_fd, prefix)
+        write_all(out_fd, image.image)
+        write_all(out_fd, bytes(pad))
         return len(prefix) + len(image.image) + pad
     with open(image.image, "rb") as src:
         st = os.fstat(src.fileno())
@@ -941,13 +938,14 @@ def _write_one(image: OffloadingImage, out_fd: int) -> int:
 
 def _write_from_fd(image: OffloadingImage, src_fd: int, size: int, out_fd: int) -> int:
     prefix, pad = offload_binary_prefix(image, size)
-    _write_all(out_fd, prefix)
+    write_all(out_fd, prefix)
     copy_file_range_stream(src_fd, out_fd, 0, size)
-    _write_all(out_fd, bytes(pad))
+    write_all(out_fd, bytes(pad))
     return len(prefix) + size + pad
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until everything is written (it may write less than asked, e.g. to a pipe)."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -986,7 +984,7 @@ def copy_file_range_stream(src_fd: int, dst_fd: int, offset: int, count: int) ->
                 continue
         else:
             chunk = os.pread(src_fd, min(step, _COPY_CHUNK), position)
-            _write_all(dst_fd, chunk)
+            write_all(dst_fd, chunk)
             copied = len(chunk)
         if copied == 0:
             raise OSError(errno.EIO, f"input ended {remaining} bytes early (did it shrink while being copied?)")
