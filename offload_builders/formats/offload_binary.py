@@ -626,12 +626,23 @@ class OffloadBinary:
         dst_fd = dst if isinstance(dst, int) else _flushed_fileno(dst)
         if isinstance(src, (bytes, bytearray, memoryview)):
             write_all(dst_fd, memoryview(src).cast("B")[self.image_offset:self.image_offset + self.image_size])
-            return
-        if isinstance(src, (str, os.PathLike)):
+        elif isinstance(src, (str, os.PathLike)):
             with open(src, "rb") as f:
                 copy_file_range_stream(f.fileno(), dst_fd, self.image_offset, self.image_size)
-            return
-        copy_file_range_stream(_flushed_fileno(src), dst_fd, self.image_offset, self.image_size)
+        else:
+            try:
+                src_fd = _flushed_fileno(src)
+            except (AttributeError, OSError, ValueError):  # an in-memory stream: copy it in chunks
+                src.seek(self.image_offset)
+                remaining = self.image_size
+                while remaining:
+                    chunk = src.read(min(remaining, _COPY_CHUNK))
+                    if not chunk:
+                        raise OSError(errno.EIO, "input ended early (did it shrink while being copied?)")
+                    write_all(dst_fd, chunk)
+                    remaining -= len(chunk)
+                return
+            copy_file_range_stream(src_fd, dst_fd, self.image_offset, self.image_size)
 
 
 def _flushed_fileno(f: IO[bytes]) -> int:
@@ -766,12 +777,12 @@ def parse_offload_binary(source: Source, offset: int = 0, end: int | None = None
     ``source`` is a bytes-like object, a seekable binary file, or a path. Raises
     :class:`OffloadBinaryFormatError` (with the absolute byte offset) for anything malformed.
     """
+    source = _as_bytes(source)
     reader = _Reader(source)
     try:
         path = path if path is not None else _path_of(source)
         stop = _bounded_end(reader, offset, end, path)
-        binary = _parse_at(reader, offset, stop, path)
-        return _attach(binary, source)
+        return _attach(_parse_at(reader, offset, stop, path), source)
     finally:
         reader.close()
 
@@ -783,6 +794,7 @@ def iter_offload_binaries(source: Source, offset: int = 0, end: int | None = Non
     Like LLVM 19's ``extractOffloadFiles``: the next binary starts ``Size`` bytes after the previous one,
     and anything that is not a binary there (padding, garbage, a short tail) is an error.
     """
+    source = _as_bytes(source)
     reader = _Reader(source)
     try:
         path = path if path is not None else _path_of(source)
@@ -816,11 +828,17 @@ def _bounded_end(reader: _Reader, offset: int, end: int | None, path: str | None
     return stop
 
 
+def _as_bytes(source: Any) -> Any:
+    """Buffers become ``bytes`` once, so every binary parsed from them can keep a reference, not a copy."""
+    if isinstance(source, (bytearray, memoryview)):
+        return bytes(source)
+    return source
+
+
 def _attach(binary: OffloadBinary, source: Any) -> OffloadBinary:
+    """Keep the buffer of a binary parsed from memory, so its image can be read later."""
     if isinstance(source, bytes):
         return OffloadBinary(binary.offset, binary.header, binary.entry, binary.strings, binary.path, source)
-    if isinstance(source, (bytearray, memoryview)):
-        return OffloadBinary(binary.offset, binary.header, binary.entry, binary.strings, binary.path, bytes(source))
     return binary
 
 
