@@ -124,9 +124,7 @@ class Origin:
         return self.display if self.display is not None else self.file
 
     def __str__(self) -> str:
-        text = self.display if self.display is not None else self.file
-        for member in self.members:
-            text += f"({member})"
+        text = _label(self.file, self.members, self.display)
         if self.symbol is not None:
             text += f": global @{self.symbol}"
         if self.section is not None:
@@ -211,7 +209,7 @@ def extract_offload_binaries(path: str | os.PathLike[str], *, include_shared_obj
 
     ``include_shared_objects=False`` skips ELF shared objects (not PIE executables), as
     ``clang-linker-wrapper`` does for its inputs. ``display`` is the name to report instead of ``path``
-    (e.g. "-" when the data came from standard input). Files that hold no offload data give ``[]``.
+    (e.g. "<stdin>" when the data came from standard input, as LLVM names it). Files that hold no offload data give ``[]``.
     """
     fspath = os.fspath(path)
     walk = _Walk(include_shared_objects)
@@ -245,6 +243,7 @@ def _extract_region(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, 
 
 
 def _label(file: str, members: tuple[str, ...], display: str | None) -> str:
+    """``lib.a(member.o)``: the file as the user named it, then the archive members, outermost first."""
     text = display if display is not None else file
     for member in members:
         text += f"({member})"
