@@ -33,16 +33,12 @@ from __future__ import annotations
 import errno
 import io
 import os
-import shutil
 import stat
 import struct
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final, Literal
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
@@ -171,6 +167,8 @@ class Outputs:
     are not regular files (``/dev/null``, a FIFO, ``-`` for stdout) are written directly.
     """
 
+    _counter = 0
+
     def __init__(self) -> None:
         self._pending: list[tuple[str, str]] = []
         self._direct: list[int] = []
@@ -212,10 +210,16 @@ class Outputs:
             self._direct.append(fd)
             return fd
         directory = os.path.dirname(os.path.abspath(path))
-        try:
-            fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        except OSError as exc:
-            raise OffloadError(f"'{path}': {exc.strerror}") from None
+        while True:
+            Outputs._counter += 1
+            temp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{Outputs._counter}.tmp")
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                break
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise OffloadError(f"'{path}': {exc.strerror}") from None
         mask = os.umask(0)
         os.umask(mask)
         os.fchmod(fd, 0o666 & ~mask)
@@ -257,6 +261,9 @@ def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
             stack.callback(source.close)
     except OSError as exc:
         raise OffloadError(f"'{name}': {exc.strerror}") from None
+    import shutil
+    import tempfile
+
     spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".in"))
     shutil.copyfileobj(source, spool, CHUNK)
     spool.flush()
@@ -481,6 +488,10 @@ def parse_object_bundle(region: FileRegion, *, label: str | None = None, base: i
         elf = ELFFile(region)
         header = elf.header
         count = elf.num_sections()
+        expected_entsize = 64 if elf.elfclass == 64 else 40
+        if count and header["e_shentsize"] != expected_entsize:
+            raise _fail(f"invalid e_shentsize {header['e_shentsize']} (expected {expected_entsize})", label,
+                        base + (58 if elf.elfclass == 64 else 46))
         if count and header["e_shoff"] + count * header["e_shentsize"] > region.size:
             raise _fail(f"the ELF section header table ({count} entries at {header['e_shoff']}) runs past "
                         f"the end of the file", label, base + header["e_shoff"])
@@ -518,6 +529,8 @@ def find_llvm_objcopy() -> str:
     """``llvm-objcopy``: ``$OFFLOAD_BUNDLER_LLVM_OBJCOPY``, else LLVM 19's (as Clang 19 uses the one
     next to itself, and ``/usr/bin/llvm-objcopy`` may be an older release), else ``PATH``'s."""
     global _objcopy_path
+    import shutil
+
     if _objcopy_path is None:
         candidates = [os.environ.get("OFFLOAD_BUNDLER_LLVM_OBJCOPY"), "/usr/lib/llvm-19/bin/llvm-objcopy",
                       shutil.which("llvm-objcopy-19"), shutil.which("llvm-objcopy")]
@@ -532,6 +545,8 @@ def find_llvm_objcopy() -> str:
 
 
 def _run_objcopy(args: list[str]) -> None:
+    import subprocess
+
     result = subprocess.run([find_llvm_objcopy(), *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:
@@ -541,6 +556,8 @@ def _run_objcopy(args: list[str]) -> None:
 
 def _strip_bundles(elf_path: str, out_fd: int) -> None:
     """The host output of an object bundle: the object without its bundle sections (as Clang does)."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
         stripped = os.path.join(tmp, "host.o")
         _run_objcopy(["--regex", f"--remove-section={MAGIC_STR}.*", "--", elf_path, stripped])
@@ -631,6 +648,8 @@ def _scan(region: FileRegion, label: str, base: int, file_type: str, stack: Exit
         if is_compressed(head):
             if nested:
                 raise _fail("a compressed bundle inside a compressed bundle", label, base + position)
+            import tempfile
+
             spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
             with io.BufferedWriter(io.FileIO(spool.fileno(), "w", closefd=False), CHUNK) as out:
                 header = decompress_to(sub, out, path=label, base_offset=base + position)
@@ -673,6 +692,8 @@ def _single_part(region: FileRegion, label: str, base: int, file_type: str, stac
 
 
 def _spool_region(region: FileRegion, stack: ExitStack) -> str:
+    import tempfile
+
     spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".o"))
     copy_range(region.fd, region.start, spool.fileno(), region.size)
     spool.flush()
@@ -750,6 +771,8 @@ def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], out
 def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
                    output: str | os.PathLike[str], outputs: Outputs) -> None:
     """Add one section per entry to the host object with llvm-objcopy, exactly as Clang 19 does."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
         marker = os.path.join(tmp, "host-marker")
         with open(marker, "wb") as f:
@@ -1006,6 +1029,8 @@ def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
                 if not matches:
                     continue
                 if entry.host_object:
+                    import tempfile
+
                     spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
                     _strip_bundles(part.elf_path or _spool_region(part.region, stack), spool.fileno())
                     fd, offset, size = spool.fileno(), 0, os.fstat(spool.fileno()).st_size

@@ -273,12 +273,15 @@ def _standard_triple(text: str) -> str:
     return "-".join(split_triple(text))
 
 
-def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = True) -> BundleEntryID:
+def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = True,
+                          check_features: bool = True) -> BundleEntryID:
     """Parse ``text`` the way the LLVM 19 ``OffloadTargetInfo`` constructor does.
 
     ``strict`` (for user-supplied ``-targets``) also applies the tool's validation, with Clang's
     messages for an unknown kind or architecture, and rejects the IDs Clang 19 would silently
-    misparse (see the module docstring).  ``strict=False`` (for IDs read from a bundle) only parses.
+    misparse (see the module docstring); ``check_features`` also validates an AMDGPU target ID's
+    features against the processor (wanted when writing a bundle, not when asking for an entry of an
+    existing one).  ``strict=False`` (for IDs read from a bundle) only parses.
     """
     head, colon, _features = text.partition(":")
     triple_or_gpu, dash, last = head.rpartition("-")
@@ -297,11 +300,12 @@ def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = T
         kind, _, triple = head.partition("-")
         entry = BundleEntryID(kind, _standard_triple(triple), "")
     if strict:
-        _validate(text, entry, last if dash else "", bool(colon), llvm_version)
+        _validate(text, entry, last if dash else "", bool(colon), llvm_version, check_features)
     return entry
 
 
-def _validate(text: str, entry: BundleEntryID, last: str, has_features: bool, llvm_version: int) -> None:
+def _validate(text: str, entry: BundleEntryID, last: str, has_features: bool, llvm_version: int,
+              check_features: bool) -> None:
     """The checks clang-offload-bundler's ``main`` runs, plus the misparses Clang 19 lets through."""
     problems = []
     if not entry.is_kind_valid:
@@ -319,7 +323,7 @@ def _validate(text: str, entry: BundleEntryID, last: str, has_features: bool, ll
             raise TargetIDError(
                 f"invalid target '{text}': clang-offload-bundler {llvm_version} does not recognize the "
                 f"processor '{last}'{hint}; it would become part of the triple and never match a device")
-    if entry.target_id and entry.is_amdgpu and not _is_generic_misparse(entry):
+    if entry.target_id and entry.is_amdgpu and check_features and not _is_generic_misparse(entry):
         from offload_builders import targets
 
         try:
@@ -376,16 +380,15 @@ def validate_targets(texts: Sequence[str], *, bundling: bool, llvm_version: int 
     ids: list[BundleEntryID] = []
     seen: set[str] = set()
     for text in texts:
-        entry = parse_bundle_entry_id(text, llvm_version=llvm_version)
+        entry = parse_bundle_entry_id(text, llvm_version=llvm_version, check_features=bundling)
         if str(entry) in seen:
             raise TargetIDError("Duplicate targets are not allowed")
         seen.add(str(entry))
         ids.append(entry)
-    if bundling:
-        conflict = find_target_conflict(ids)
-        if conflict is not None:
-            raise TargetIDError(f"Cannot bundle inputs with conflicting targets: '{conflict[0]}' and "
-                                f"'{conflict[1]}'")
+    conflict = find_target_conflict(ids)  # Clang runs it when unbundling too, with the same message
+    if conflict is not None:
+        raise TargetIDError(f"Cannot bundle inputs with conflicting targets: '{conflict[0]}' and "
+                            f"'{conflict[1]}'")
     hosts = sum(entry.is_host for entry in ids)
     hip_only = all(entry.kind in ("hip", "hipv4") for entry in ids)
     if (not bundling and hosts > 1) or (bundling and hosts != 1 and not hip_only):
@@ -443,8 +446,13 @@ def is_code_object_compatible(code_object: BundleEntryID, requested: BundleEntry
     Clang's steps in order: an exact match; otherwise compatible kinds and triples, the same
     canonical processor, and every feature the code object specifies present in the request with the
     same sign (a feature the code object leaves out means Any).  The request is a device
-    configuration, the code object's features are requirements.
+    configuration, the code object's features are requirements.  An ID without a target ID (every
+    host ID) matches only the identical ID, as in Clang 19.
     """
+    if not code_object.target_id or not requested.target_id:
+        # Clang 19 gives such IDs (standardized, they end in '-') the whole ID as target ID (the ""
+        # OffloadArch bug), so they only ever match an identical ID.
+        return str(code_object) == str(requested)
     key_co, key_req = code_object.triple_key, requested.triple_key
     if not key_co.is_compatible_with(key_req):
         return False

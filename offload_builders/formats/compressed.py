@@ -22,17 +22,16 @@ size (apart from zstd's window, at most 128 MiB by zstd's default limit).
 from __future__ import annotations
 
 import enum
-import hashlib
 import io
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Final
 
-import zstandard
-
 from offload_builders.errors import BundleFormatError
+
+# hashlib, zlib and zstandard are imported where they are used: reading and writing uncompressed
+# bundles (the common case) should not pay for them at start-up.
 
 MAGIC: Final = b"CCOB"
 #: Bytes read and written per step when streaming.
@@ -237,6 +236,11 @@ def decompress_to(region: FileRegion, out, *, path: str | None = None, base_offs
 
     if header.method is Method.ZSTD:
         _check_zstd_frames(payload, lambda message, at: fail(message, payload_at + at))
+    import hashlib
+    import zlib
+
+    import zstandard
+
     digest = hashlib.md5()
     written = 0
     try:
@@ -309,6 +313,10 @@ def _check_zstd_frames(payload: FileRegion, fail) -> None:
 
 def _decompressed_pieces(method: Method, payload: FileRegion):
     """Yield the decompressed data at most ``CHUNK`` bytes at a time, whatever the ratio."""
+    import zlib
+
+    import zstandard
+
     if method is Method.ZSTD:
         reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=True,
                                                             closefd=False)
@@ -349,6 +357,11 @@ class CompressedWriter:
             raise BundleFormatError(
                 f"uncompressed size {uncompressed_size} exceeds the compressed bundle format version "
                 f"{options.version} limit of {_U32_MAX} bytes; use version 3")
+        import hashlib
+        import zlib
+
+        import zstandard
+
         self.fd, self.options, self.expected = fd, options, uncompressed_size
         self.start = os.lseek(fd, 0, os.SEEK_CUR)
         self.layout = LAYOUTS[options.version]
