@@ -1,0 +1,290 @@
+"""``offload-bundler`` as a drop-in for ``clang-offload-bundler`` 19: spellings, environment variables,
+validation messages and the error contract (one line on stderr, exit 1, no traceback, no output).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from offload_builders.cli.bundler import main
+from offload_builders.formats import bundle as B
+from offload_builders.formats.compressed import CompressionOptions, compress_bytes
+
+HOST = "host-x86_64-unknown-linux-gnu"
+GFX908 = "hip-amdgcn-amd-amdhsa--gfx908"
+GFX90A = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"
+TARGETS = f"{HOST},{GFX90A},{GFX908}"
+CLEAN_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def ours(args: list, env: dict | None = None, stdin: bytes | None = None, cwd: Path | None = None):
+    return subprocess.run([sys.executable, "-m", "offload_builders.cli.bundler", *map(str, args)],
+                          capture_output=True, env={**CLEAN_ENV, **(env or {})}, input=stdin, cwd=cwd)
+
+
+def clang(bundler: Path, args: list, env: dict | None = None, cwd: Path | None = None):
+    return subprocess.run([str(bundler), *map(str, args)], capture_output=True, env={**CLEAN_ENV, **(env or {})},
+                          cwd=cwd)
+
+
+def message(result) -> str:
+    """The text after ``error: `` of the one error line."""
+    lines = result.stderr.decode().strip().splitlines()
+    return lines[-1].split("error: ", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def bundler(llvm19) -> Path:
+    return llvm19("clang-offload-bundler")
+
+
+@pytest.fixture()
+def inputs(tmp_path) -> list[Path]:
+    paths = []
+    for index, data in enumerate([b"HOSTDATA", b"DEV1", b"DEVICE_TWO!"]):
+        paths.append(tmp_path / f"in{index}")
+        paths[-1].write_bytes(data)
+    return paths
+
+
+@pytest.mark.parametrize("spelling", ["single", "double", "separate", "inputs", "repeated-targets"])
+def test_spellings_give_clangs_bytes(bundler, inputs, tmp_path, spelling):
+    reference = tmp_path / "clang.bundle"
+    assert clang(bundler, ["-type=bc", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs],
+                           f"-output={reference}", "-bundle-align=16"]).returncode == 0
+    out = tmp_path / "ours.bundle"
+    args = {
+        "single": ["-type=bc", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs], f"-output={out}",
+                   "-bundle-align=16"],
+        "double": ["--type=bc", f"--targets={TARGETS}", *[f"--input={p}" for p in inputs], f"--output={out}",
+                   "--bundle-align=16"],
+        "separate": ["--type", "bc", "--targets", TARGETS, *[a for p in inputs for a in ("-input", p)],
+                     "-output", out, "-bundle-align", "16"],
+        "inputs": ["-type=bc", f"-targets={TARGETS}", "-inputs=" + ",".join(map(str, inputs)), f"-outputs={out}",
+                   "-bundle-align=16"],
+        "repeated-targets": ["-type=bc", f"-targets={HOST}", f"-targets={GFX90A},{GFX908}",
+                             *[f"-input={p}" for p in inputs], f"-output={out}", "-bundle-align=16"],
+    }[spelling]
+    made = ours(args)
+    assert made.returncode == 0, made.stderr
+    assert out.read_bytes() == reference.read_bytes()
+    if spelling == "inputs":
+        assert b"-inputs is deprecated, use -input instead" in made.stderr
+
+
+def test_list_and_unbundle_output_match_clang(bundler, inputs, tmp_path):
+    bundle_file = tmp_path / "b"
+    assert ours(["-type=bc", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs], f"-output={bundle_file}"]
+                ).returncode == 0
+    listed = ours(["-list", "-type=bc", f"-input={bundle_file}"])
+    assert listed.stdout == clang(bundler, ["-list", "-type=bc", f"-input={bundle_file}"]).stdout
+    from_stdin = ours(["-list", "-type=bc", "-input=-"], stdin=bundle_file.read_bytes())
+    assert from_stdin.stdout == listed.stdout
+    made = ours(["-unbundle", "-type=bc", f"-targets={GFX908},{HOST}", f"-input={bundle_file}", "-output=-",
+                 f"-output={tmp_path / 'h'}"])
+    assert made.returncode == 0 and made.stdout == b"DEVICE_TWO!"
+    assert (tmp_path / "h").read_bytes() == b"HOSTDATA"
+
+
+# --------------------------------------------------------------------------------------------
+# Validation messages: the same text as Clang's
+# --------------------------------------------------------------------------------------------
+VALIDATION = [
+    ("no-output", ["-type=bc", f"-targets={HOST}", "-input=IN0"]),
+    ("no-targets", ["-type=bc", "-input=IN0", "-output=OUT"]),
+    ("unbundle-two-inputs", ["-unbundle", "-type=bc", f"-targets={HOST}", "-input=IN0", "-input=IN1", "-output=OUT"]),
+    ("unbundle-count", ["-unbundle", "-type=bc", f"-targets={HOST},{GFX908}", "-input=IN0", "-output=OUT"]),
+    ("bundle-two-outputs", ["-type=bc", f"-targets={HOST}", "-input=IN0", "-output=OUT", "-output=OUT2"]),
+    ("bundle-count", ["-type=bc", f"-targets={HOST},{GFX908}", "-input=IN0", "-output=OUT"]),
+    ("bundle-archive", ["-type=a", f"-targets={HOST}", "-input=IN0", "-output=OUT"]),
+    ("list-unbundle", ["-list", "-unbundle", "-type=bc", "-input=IN0"]),
+    ("list-two-inputs", ["-list", "-type=bc", "-input=IN0", "-input=IN1"]),
+    ("list-output", ["-list", "-type=bc", "-input=IN0", "-output=OUT"]),
+    ("list-targets", ["-list", "-type=bc", "-input=IN0", f"-targets={HOST}"]),
+    ("check-archive-bundling", ["-check-input-archive", "-type=a", f"-targets={HOST}", "-input=IN0", "-output=OUT"]),
+    ("check-archive-type", ["-check-input-archive", "-unbundle", "-type=bc", f"-targets={HOST}", "-input=IN0",
+                            "-output=OUT"]),
+    ("input-and-inputs", ["-type=bc", f"-targets={HOST}", "-input=IN0", "-inputs=IN1", "-output=OUT"]),
+    ("bad-type", ["-type=xyz", f"-targets={HOST}", "-input=IN0", "-output=OUT"]),
+    ("duplicate", ["-type=bc", f"-targets={HOST},{HOST}", "-input=IN0", "-input=IN1", "-output=OUT"]),
+    ("two-hosts", ["-type=bc", f"-targets={HOST},host-x86_64-pc-linux-gnu", "-input=IN0", "-input=IN1",
+                   "-output=OUT"]),
+    ("no-host", ["-type=bc", "-targets=openmp-amdgcn-amd-amdhsa--gfx908", "-input=IN0", "-output=OUT"]),
+    ("conflict", ["-type=bc", f"-targets={HOST},{GFX908},{GFX908}:xnack+", "-input=IN0", "-input=IN1", "-input=IN2",
+                  "-output=OUT"]),
+    ("cuda", ["-type=bc", f"-targets={HOST},cuda-nvptx64-nvidia-cuda--sm_70", "-input=IN0", "-input=IN1",
+              "-output=OUT"]),
+    ("bad-triple", ["-type=bc", f"-targets={HOST},hip-bogus-amd-amdhsa--gfx908", "-input=IN0", "-input=IN1",
+                    "-output=OUT"]),
+    ("missing-input", ["-type=bc", f"-targets={HOST}", "-input=MISSING", "-output=OUT"]),
+    ("cant-find", ["-unbundle", "-type=bc", "-targets=hip-amdgcn-amd-amdhsa--gfx1030,hip-amdgcn-amd-amdhsa--gfx1031",
+                   "-input=BUNDLE", "-output=OUT", "-output=OUT2"]),
+]
+
+
+@pytest.mark.parametrize("name, args", VALIDATION, ids=[v[0] for v in VALIDATION])
+def test_validation_messages_match_clang(bundler, inputs, tmp_path, name, args):
+    bundle_file = tmp_path / "bundle"
+    bundle_file.write_bytes(B.binary_layout([HOST + "-"], [0])[0])
+    names = {"IN0": inputs[0], "IN1": inputs[1], "IN2": inputs[2], "OUT": "out", "OUT2": "out2",
+             "MISSING": "missing", "BUNDLE": bundle_file}
+
+    def fill(arg: str) -> str:
+        for key in sorted(names, key=len, reverse=True):
+            arg = arg.replace(key, str(names[key]))
+        return arg
+
+    argv = [fill(a) for a in args]
+    expected = clang(bundler, argv, cwd=tmp_path)
+    got = ours(argv, cwd=tmp_path)
+    assert expected.returncode == got.returncode == 1
+    assert message(got) == message(expected)
+    assert len(got.stderr.decode().strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Environment variables
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env, flags, compressed", [
+    ({"OFFLOAD_BUNDLER_COMPRESS": "1"}, [], 2),
+    ({"OFFLOAD_BUNDLER_COMPRESS": "yes"}, [], 0),
+    ({"OFFLOAD_BUNDLER_COMPRESS": "1", "OFFLOAD_BUNDLER_IGNORE_ENV_VAR": "1"}, [], 0),
+    ({"OFFLOAD_BUNDLER_COMPRESS": "0"}, ["-compress"], 2),
+    ({"OFFLOAD_BUNDLER_COMPRESS": "1"}, ["-compress=false"], 0),
+    ({"COMPRESSED_BUNDLE_FORMAT_VERSION": "3"}, ["-compress"], 3),
+    ({"COMPRESSED_BUNDLE_FORMAT_VERSION": "3", "OFFLOAD_BUNDLER_IGNORE_ENV_VAR": "1"}, ["-compress"], 2),
+])
+def test_compression_switches(bundler, inputs, tmp_path, env, flags, compressed):
+    out = tmp_path / "ours"
+    made = ours(["-type=bc", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs], f"-output={out}", *flags], env)
+    assert made.returncode == 0, made.stderr
+    data = out.read_bytes()
+    if not compressed:
+        reference = tmp_path / "clang"
+        assert clang(bundler, ["-type=bc", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs],
+                               f"-output={reference}", *flags], env).returncode == 0
+        assert data == reference.read_bytes()
+    else:
+        assert data[:4] == b"CCOB" and struct.unpack_from("<H", data, 4)[0] == compressed
+        assert B.list_bundle_ids(out, file_type="bc") == [GFX90A, GFX908, HOST + "-"]
+
+
+def test_compression_level_and_verbose_match_clang(bundler, inputs, tmp_path):
+    env = {"OFFLOAD_BUNDLER_COMPRESSION_LEVEL": "19", "OFFLOAD_BUNDLER_VERBOSE": "1"}
+    args = ["-type=bc", "-compress", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs]]
+    theirs = clang(bundler, [*args, f"-output={tmp_path / 'clang'}"], env).stderr.decode().splitlines()
+    mine = ours([*args, f"-output={tmp_path / 'ours'}"], env).stderr.decode().splitlines()
+    keys = ("Compressed bundle format version", "Compression method used", "Compression level",
+            "Binary size before compression", "Truncated MD5 hash", "Total file size")
+    shared = [line for line in mine if line.startswith(keys)]
+    assert len(shared) == len(keys) and all(line in theirs for line in shared)
+    assert "Compression level: 19" in mine
+    level = ours([*args, "-compression-level=7", "-verbose", f"-output={tmp_path / 'ours'}"]).stderr.decode()
+    assert "Compression level: 7" in level
+    bad = {"OFFLOAD_BUNDLER_COMPRESSION_LEVEL": "abc"}
+    warning = "Warning: Invalid value for OFFLOAD_BUNDLER_COMPRESSION_LEVEL: abc. Ignoring it."
+    assert warning in clang(bundler, [*args, f"-output={tmp_path / 'clang'}"], bad).stderr.decode()
+    assert warning in ours([*args, f"-output={tmp_path / 'ours'}"], bad).stderr.decode()
+
+
+def test_unbundle_verbose_reports_decompression(inputs, tmp_path):
+    bundle_file = tmp_path / "b"
+    assert ours(["-type=bc", "-compress", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs],
+                 f"-output={bundle_file}"]).returncode == 0
+    made = ours(["-unbundle", "-verbose", "-type=bc", f"-targets={GFX908}", f"-input={bundle_file}",
+                 f"-output={tmp_path / 'o'}"])
+    assert made.returncode == 0
+    assert b"Decompression method: zstd" in made.stderr and b"Hashes match: Yes" in made.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The error contract
+# --------------------------------------------------------------------------------------------
+def _bundle(count: int, *records: tuple[int, int, bytes, int | None], tail: bytes = b"z") -> bytes:
+    body = b"".join(struct.pack("<QQQ", o, s, len(i) if n is None else n) + i for o, s, i, n in records)
+    return B.MAGIC + struct.pack("<Q", count) + body + tail
+
+
+#: The reference's example bundle (b1.bin); its first 220 bytes crash Clang 19.
+GOOD = (B.binary_layout([HOST + "-", "hip-amdgcn-amd-amdhsa--gfx90a:xnack+", GFX908], [8, 4, 11])[0]
+        + b"HOSTDATADEV1DEVICE_TWO!")
+CCOB = compress_bytes(GOOD, CompressionOptions())
+CORPUS = [
+    ("truncated", "bc", GOOD[:220]),
+    ("absurd-count", "bc", _bundle(2**64 - 1, (64, 1, b"x", None))),
+    ("offset-past-end", "bc", _bundle(1, (1000, 1, b"host-x", None))),
+    ("overflowing-length", "bc", _bundle(1, (46, 1, b"host-x", 2**64 - 1))),
+    ("overlap", "bc", _bundle(2, (78, 4, b"host-x", None), (80, 4, b"hip-y", None), tail=b"abcdef")),
+    ("duplicate-ids", "bc", _bundle(2, (78, 1, b"host-x", None), (79, 1, b"host-x", None), tail=b"ab")),
+    ("bad-utf8", "bc", _bundle(1, (47, 1, b"host-\xff\xfe", None))),
+    ("ccob-version-9", "bc", CCOB[:4] + struct.pack("<H", 9) + CCOB[6:]),
+    ("ccob-method-7", "bc", CCOB[:6] + struct.pack("<H", 7) + CCOB[8:]),
+    ("ccob-claims-4-gib", "bc", CCOB[:12] + struct.pack("<I", 0xFFFFFFFF) + CCOB[16:]),
+    ("text-without-end", "ll", b"\n; __CLANG_OFFLOAD_BUNDLE____START__ host-x\ncontent\n"),
+    ("archive-size-past-end", "a", b"!<arch>\n" + b"m.o/".ljust(16) + b"0".ljust(12) + b"0".ljust(12)
+     + b"644".ljust(8) + b"999".ljust(10) + b"`\nabc"),
+]
+
+
+@pytest.mark.parametrize("name, file_type, data", CORPUS, ids=[c[0] for c in CORPUS])
+@pytest.mark.parametrize("mode", ["list", "unbundle"])
+def test_damaged_input_is_one_line_exit_1_no_output(tmp_path, name, file_type, data, mode):
+    path = tmp_path / name
+    path.write_bytes(data)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    if mode == "list":
+        if file_type == "a":
+            pytest.skip("-list reads archives as plain files, as Clang does")
+        args = ["-list", f"-type={file_type}", f"-input={path}"]
+    else:
+        args = ["-unbundle", "-allow-missing-bundles", f"-type={file_type}", f"-targets={HOST},{GFX908}",
+                f"-input={path}", f"-output={out_dir / 'host'}", f"-output={out_dir / 'dev'}"]
+    made = ours(args)
+    err = made.stderr.decode()
+    assert made.returncode == 1
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("offload-bundler: error: ") and f"{path}: offset 0x" in err
+    assert list(out_dir.iterdir()) == []
+    assert made.stdout == b""
+
+
+def test_the_bundle_that_crashes_clang_19(bundler, tmp_path):
+    path = tmp_path / "truncated.bin"
+    path.write_bytes(GOOD[:220])
+    crashed = clang(bundler, ["-unbundle", "-type=bc", f"-targets={GFX908}", f"-input={path}",
+                              f"-output={tmp_path / 'clang'}"])
+    assert crashed.returncode in (-11, 139)
+    made = ours(["-unbundle", "-type=bc", f"-targets={GFX908}", f"-input={path}", f"-output={tmp_path / 'ours'}"])
+    assert made.returncode == 1
+    assert message(made) == (f"{path}: offset 0x9a: entry 2 (hip-amdgcn-amd-amdhsa--gfx908): data at offset 211 "
+                             "with size 11 runs past the end of the data (220 bytes)")
+    assert not (tmp_path / "ours").exists()
+
+
+def test_zero_bundle_alignment_is_an_error_where_clang_crashes(bundler, inputs, tmp_path):
+    crashed = clang(bundler, ["-type=bc", f"-targets={HOST}", f"-input={inputs[0]}", f"-output={tmp_path / 'c'}",
+                              "-bundle-align=0"])
+    assert crashed.returncode in (-8, 136)  # SIGFPE
+    made = ours(["-type=bc", f"-targets={HOST}", f"-input={inputs[0]}", f"-output={tmp_path / 'o'}",
+                 "-bundle-align=0"])
+    assert made.returncode == 1 and "at least 1" in message(made)
+    assert not (tmp_path / "o").exists()
+
+
+def test_usage_errors_and_help(capsys):
+    assert main(["--help"]) == 0
+    assert "USAGE: offload-bundler" in capsys.readouterr().out
+    assert main(["-type=bc", "-frobnicate"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Unknown command line argument '-frobnicate'" in err
+    assert main(["-type=bc", "-compress=maybe", f"-targets={HOST}", "-input=x", "-output=y"]) == 1
+    assert "invalid value for boolean argument" in capsys.readouterr().err
+    assert main(["stray"]) == 1
+    assert "positional" in capsys.readouterr().err
