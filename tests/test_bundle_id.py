@@ -137,6 +137,50 @@ def test_processors_clang_19_misparses_are_errors(bundler, tmp_path, text, canon
     assert str(parse_bundle_entry_id(text, strict=False)) == written
 
 
+@pytest.mark.parametrize("text", ["hip-amdgcn-amd-amdhsa--gfx950", "hip-amdgcn-amd-amdhsa--gfx1153",
+                                  "openmp-nvptx64-nvidia-cuda--sm_100a", "hip-amdgcn-amd-amdhsa--gfx9-4-generic"])
+def test_llvm_22_processor_table(llvm22, tmp_path, text):
+    """With ``llvm_version=22`` the processors LLVM 20-22 added are recognized, as 22 writes them."""
+    listed = clang_writes(llvm22("clang-offload-bundler"), tmp_path, [HOST, text])
+    assert listed.returncode == 0, listed.stderr
+    assert text.rsplit("-", 1)[-1] in listed.stdout
+    assert standardize(text, llvm_version=22) in listed.stdout.split()
+    if not text.endswith("generic"):  # Clang 19 splits generic names but writes them unchanged
+        with pytest.raises(TargetIDError):
+            parse_bundle_entry_id(text, llvm_version=19)
+    with pytest.raises(TargetIDError):  # gfx940 is gone from LLVM 22's table
+        parse_bundle_entry_id("hip-amdgcn-amd-amdhsa--gfx940", llvm_version=22)
+
+
+#: LLVM 21+ reads IDs by position and normalizes the triple (PR #122629, #139112).
+STANDARDIZE_22 = [
+    "hip-amdgcn-amd-amdhsa-foo-gfx908", "hip-amdgcn-amd-amdhsa-unknown-gfx908", "host-x86_64--linux-gnu",
+    "host-x86_64-unknown-linux-", "hip-amdgcn--amdhsa--gfx908", "hip-amdgcn-amd-amdhsa--gfx908:xnack+:sramecc-",
+    "host-x86_64-unknown-linux-gnu-", "hip-spirv64-amd-amdhsa--amdgcnspirv", "host-i686-pc-windows-msvc",
+    "hip-amdgcn-amd-amdhsa--gfx9-4-generic:xnack+", "host-x86_64-unknown-linux-gnu--", "host-amd64-unknown-linux-gnu",
+]
+
+
+def test_llvm_22_standardization(llvm22, tmp_path):
+    tool = llvm22("clang-offload-bundler")
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(lambda item: clang_writes(tool, _subdir(tmp_path, item[0]), [item[1]]),
+                                enumerate(STANDARDIZE_22)))
+    for text, listed in zip(STANDARDIZE_22, results):
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == [standardize(text, llvm_version=22)], text
+    with pytest.raises(TargetIDError, match="Targets need to follow the format"):
+        standardize("hip-amdgcn-amd-amdhsa", llvm_version=22)
+    with pytest.raises(TargetIDError, match="does not recognize the processor 'gfx908'"):
+        standardize("hip-amdgcn-amd-amdhsa-gfx908", llvm_version=22)  # 22 writes ...amdhsa-- for it
+
+
+def _subdir(root: Path, index: int) -> Path:
+    path = root / str(index)
+    path.mkdir()
+    return path
+
+
 @pytest.mark.parametrize("text", [
     "cuda-nvptx64-nvidia-cuda--sm_70", "hip-bogus-amd-amdhsa--gfx908", "sycl-bogus-unknown-linux-gnu",
     "hipv5-amdgcn-amd-amdhsa--gfx908", "host",

@@ -39,7 +39,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Final, Literal
+# typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final, Literal
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
 from offload_builders.formats.bundle_id import (
@@ -60,6 +63,7 @@ from offload_builders.formats.compressed import (
     decompress_to,
     is_compressed,
     read_header,
+    write_all,
 )
 
 MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -77,12 +81,18 @@ FILE_TYPES: Final = tuple(TEXT_COMMENTS) + ("bc", "o", "a", "gch", "ast")
 
 #: Bundle headers are tiny in practice (CLR reads only the first 4 KiB); a count above this is damage.
 MAX_ENTRIES: Final = 1 << 16
-#: A text bundle's ID line is never long; bounding it keeps a damaged file from being read into memory.
-MAX_TEXT_ID: Final = 1 << 16
+#: An entry ID is never long, nor a header large (CLR reads only the first 4 KiB): bounding both keeps
+#: a damaged file from being read into memory.
+MAX_ID_LENGTH: Final = 1 << 16
+MAX_HEADER_SIZE: Final = 16 << 20
 #: An archive's long-name table is read into memory; bound it.
 MAX_NAME_TABLE: Final = 64 << 20
 
-Format = Literal["binary", "text", "object", "plain"]
+#: How a bundle part is stored: "binary", "text", "object", or "plain" (not a bundle at all).
+if TYPE_CHECKING:
+    Format = Literal["binary", "text", "object", "plain"]
+else:
+    Format = str
 
 
 def check_file_type(file_type: str) -> None:
@@ -98,12 +108,6 @@ def _fail(message: str, label: str | None, offset: int | None) -> BundleFormatEr
 # ============================================================================================
 # Streaming I/O
 # ============================================================================================
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def copy_range(src_fd: int, src_offset: int, dst_fd: int, size: int) -> None:
     """Append ``size`` bytes of ``src_fd`` at ``src_offset`` to ``dst_fd``, in the kernel when it can.
 
@@ -133,7 +137,7 @@ def copy_range(src_fd: int, src_offset: int, dst_fd: int, size: int) -> None:
         data = os.pread(src_fd, min(CHUNK, end - offset), offset)
         if not data:
             raise BundleFormatError(f"input ended {end - offset} bytes before the expected end")
-        _write_all(dst_fd, data)
+        write_all(dst_fd, data)
         offset += len(data)
 
 
@@ -144,7 +148,7 @@ class _PlainSink:
         self.fd = fd
 
     def write(self, data: bytes) -> None:
-        _write_all(self.fd, data)
+        write_all(self.fd, data)
 
     def copy_from(self, fd: int, offset: int, size: int) -> None:
         copy_range(fd, offset, self.fd, size)
@@ -180,16 +184,21 @@ class Outputs:
         for fd in self._direct:
             if fd > 2:
                 os.close(fd)
-        if exc_type is None:
-            for temp, final in self._pending:
-                os.replace(temp, final)
-        else:
-            for temp, _ in self._pending:
+        pending, self._pending = self._pending, []
+        try:
+            while exc_type is None and pending:
+                temp, final = pending[0]
+                try:
+                    os.replace(temp, final)
+                except OSError as error:
+                    raise OffloadError(f"'{final}': {error.strerror}") from None
+                pending.pop(0)
+        finally:
+            for temp, _ in pending:
                 try:
                     os.unlink(temp)
                 except FileNotFoundError:
                     pass
-        self._pending.clear()
 
     def create(self, path: str | os.PathLike[str]) -> int:
         """A descriptor to write the output ``path`` through (closed by :meth:`__exit__`)."""
@@ -227,15 +236,9 @@ class Outputs:
         self._direct.append(fd)
         return fd
 
-    def temp_path(self, path: str | os.PathLike[str]) -> str:
-        """The temporary name an output created with :meth:`create` is written under (for tools)."""
-        for temp, final in self._pending:
-            if final == os.fspath(path):
-                return temp
-        raise KeyError(path)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _InputFile:
     """An opened input: a regular file, or anything else spooled into a temporary file first."""
 
@@ -380,8 +383,12 @@ def parse_binary_bundle(region: FileRegion, *, label: str | None = None, base: i
         if id_len > limit - id_at:
             raise _fail(f"{what}: ID length {id_len} runs past the end of the data ({limit} bytes)",
                         label, base + cursor + 16)
+        if id_len > MAX_ID_LENGTH or id_at + id_len > MAX_HEADER_SIZE:
+            raise _fail(f"{what}: ID length {id_len} makes the header larger than this reader accepts "
+                        f"(IDs up to {MAX_ID_LENGTH} bytes, headers up to {MAX_HEADER_SIZE})", label,
+                        base + cursor + 16)
         if id_at + id_len > window_at + len(window):
-            window = region.pread(max(CHUNK, id_len), id_at)
+            window = region.pread(CHUNK, id_at)
             window_at = id_at
         raw = window[id_at - window_at:id_at - window_at + id_len]
         records.append((cursor, offset, size, id_at, _decode_id(raw, label, base + id_at, what)))
@@ -451,10 +458,10 @@ def parse_text_bundle(region: FileRegion, comment: str, *, label: str | None = N
     position = 0
     while (start := _find(region, start_marker, position)) >= 0:
         id_at = start + len(start_marker)
-        newline = _find(region, b"\n", id_at, min(region.size, id_at + MAX_TEXT_ID + 1))
+        newline = _find(region, b"\n", id_at, min(region.size, id_at + MAX_ID_LENGTH + 1))
         if newline < 0:
             raise _fail("bundle START line has no end of line (truncated, or an ID over "
-                        f"{MAX_TEXT_ID} bytes)", label, base + start + 1)
+                        f"{MAX_ID_LENGTH} bytes)", label, base + start + 1)
         text = _decode_id(region.pread(newline - id_at, id_at), label, base + id_at, "text bundle")
         if text in seen:
             raise _fail(f"duplicate bundle entry ID '{text}'", label, base + id_at)
@@ -568,7 +575,7 @@ def _strip_bundles(elf_path: str, out_fd: int) -> None:
 # ============================================================================================
 # Reading a whole input: compressed parts, concatenated bundles
 # ============================================================================================
-@dataclass
+@dataclass(frozen=True)
 class BundlePart:
     """One bundle of an input (a file may hold several back to back), with its entries in Clang's order."""
 
@@ -586,7 +593,7 @@ class BundlePart:
 
 @dataclass
 class BundleInput:
-    """Everything read from one input file."""
+    """Everything read from one input file (filled in while reading, hence not frozen)."""
 
     parts: list[BundlePart]
     whole: FileRegion  # what a host output gets when nothing matched: the (decompressed) input
@@ -916,12 +923,12 @@ def read_archive(region: FileRegion, *, label: str) -> list[ArchiveMember]:
         name_field, _, _, _, _, size_field, fmag = _AR_HEADER.unpack(raw)
         if fmag != b"`\n":
             raise _fail("bad archive member header (no terminator)", label, position + 58)
-        try:
-            size = int(size_field.decode("ascii").strip() or "x")
-        except (UnicodeDecodeError, ValueError):
-            raise _fail(f"bad archive member size {size_field!r}", label, position + 48) from None
+        digits = size_field.rstrip(b" ")
+        if not digits.isdigit():
+            raise _fail(f"bad archive member size {size_field!r}", label, position + 48)
+        size = int(digits)
         data_at = position + _AR_HEADER.size
-        if size < 0 or size > region.size - data_at:
+        if size > region.size - data_at:
             raise _fail(f"archive member size {size} runs past the end of the archive", label, position + 48)
         name = name_field.rstrip(b" ")
         if name in (b"/", b"/SYM64/", b"__.SYMDEF", b"__.SYMDEF SORTED"):
@@ -985,8 +992,10 @@ def archive_member_name(member_name: str, bundle_id: str) -> str:
     return f"{stem}-{bundle_id}{stem}{extension}".replace(":", "_")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _OutMember:
+    """A member of an output archive: its name and where its bytes are."""
+
     name: str
     fd: int
     offset: int
@@ -1043,9 +1052,10 @@ def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
             if not collected[name] and not allow_missing_bundles:
                 raise OffloadError(f"no compatible code object found for the target '{name}' in heterogeneous "
                                    f"archive library: {path}")
+        symbols: dict[tuple[int, int, int], list[bytes] | None] = {}
         with Outputs() as out:
             for name, output in zip(names, outputs):
-                write_archive(out.create(output), collected[name])
+                write_archive(out.create(output), collected[name], symbols)
     return UnbundleResult({os.fspath(o): None for o in outputs})
 
 
@@ -1074,14 +1084,17 @@ def _member_header(name_field: bytes, size: int, mode: str = "644") -> bytes:
             + _pad_field(0, 6) + _pad_field(mode, 8) + _pad_field(size, 10) + b"`\n")
 
 
-def write_archive(fd: int, members: Sequence[_OutMember]) -> None:
+def write_archive(fd: int, members: Sequence[_OutMember],
+                  symbols_cache: dict[tuple[int, int, int], list[bytes] | None] | None = None) -> None:
     """Write a GNU archive byte-identical to ``writeArchive(..., NormalSymtab, K_GNU, Deterministic)``.
 
     Member data is copied, not loaded.  The symbol table lists the defined global symbols of ELF and
-    LLVM bitcode members (bitcode through its embedded symbol table).
+    LLVM bitcode members (bitcode through its embedded symbol table); ``symbols_cache`` lets several
+    archives that share members read each member's symbols once.
     """
+    cache = {} if symbols_cache is None else symbols_cache
     if not members:
-        _write_all(fd, AR_MAGIC)
+        write_all(fd, AR_MAGIC)
         return
     strtab = bytearray()
     name_at: dict[str, int] = {}  # long names are stored once, as llvm::writeArchive does
@@ -1099,7 +1112,10 @@ def write_archive(fd: int, members: Sequence[_OutMember]) -> None:
     symbols_per_member: list[list[bytes]] = []
     has_object = False
     for member in members:
-        symbols = member_symbols(FileRegion(member.fd, member.offset, member.size))
+        key = (member.fd, member.offset, member.size)
+        if key not in cache:
+            cache[key] = member_symbols(FileRegion(*key))
+        symbols = cache[key]
         has_object = has_object or symbols is not None
         symbols_per_member.append(symbols or [])
     names = b"".join(s + b"\0" for syms in symbols_per_member for s in syms)
@@ -1128,12 +1144,12 @@ def write_archive(fd: int, members: Sequence[_OutMember]) -> None:
     last_header = len(AR_MAGIC) + len(table) + len(strtab_member) + sum(sizes[:-1])
     if names and last_header >= 1 << 32:
         table = symtab(8)
-    _write_all(fd, AR_MAGIC + table + strtab_member)
+    write_all(fd, AR_MAGIC + table + strtab_member)
     for header, member in zip(headers, members):
-        _write_all(fd, header)
+        write_all(fd, header)
         copy_range(member.fd, member.offset, fd, member.size)
         if member.size % 2:
-            _write_all(fd, b"\n")
+            write_all(fd, b"\n")
 
 
 def member_symbols(region: FileRegion) -> list[bytes] | None:

@@ -34,7 +34,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+# typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 from offload_builders.errors import TargetIDError
 
@@ -55,17 +58,21 @@ _GFX_19: Final = ("600", "601", "602", "700", "701", "702", "703", "704", "705",
                   "1102", "1103", "1150", "1151", "1152", "12-generic", "1200", "1201")
 OFFLOAD_ARCH_NAMES_19: Final[frozenset[str]] = frozenset(
     [""] + [f"sm_{s}" for s in _SM_19] + [f"gfx{g}" for g in _GFX_19] + ["amdgcnspirv", "generic"])
-#: Names LLVM 20-22 added to the table (checked with clang-offload-bundler 22.1.8).
+#: Names added and removed after LLVM 19, checked with clang-offload-bundler 22.1.8 (which also
+#: reads IDs differently; only its table is used here, for 20 and 21 too).
 _ADDED_AFTER_19: Final = frozenset({
     "sm_100", "sm_100a", "sm_101", "sm_101a", "sm_103", "sm_103a", "sm_110", "sm_110a", "sm_120",
     "sm_120a", "sm_121", "sm_121a", "gfx950", "gfx9-4-generic", "gfx1153", "gfx1250", "gfx1251"})
+_REMOVED_AFTER_19: Final = frozenset({"gfx940", "gfx941"})
 
 
 def offload_arch_names(llvm_version: int = 19) -> frozenset[str]:
     """The processor names clang-offload-bundler ``llvm_version`` recognizes at the end of an ID."""
     if llvm_version < 19:
         raise ValueError(f"LLVM {llvm_version} is not supported (19 or later)")
-    return OFFLOAD_ARCH_NAMES_19 if llvm_version == 19 else OFFLOAD_ARCH_NAMES_19 | _ADDED_AFTER_19
+    if llvm_version == 19:
+        return OFFLOAD_ARCH_NAMES_19
+    return (OFFLOAD_ARCH_NAMES_19 | _ADDED_AFTER_19) - _REMOVED_AFTER_19
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,6 +290,8 @@ def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = T
     features against the processor (wanted when writing a bundle, not when asking for an entry of an
     existing one).  ``strict=False`` (for IDs read from a bundle) only parses.
     """
+    if llvm_version >= 21:
+        return _parse_llvm21(text, llvm_version=llvm_version, strict=strict, check_features=check_features)
     head, colon, _features = text.partition(":")
     triple_or_gpu, dash, last = head.rpartition("-")
     if not dash:  # rsplit('-') of a string without '-' gives (whole, "")
@@ -301,6 +310,40 @@ def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = T
         entry = BundleEntryID(kind, _standard_triple(triple), "")
     if strict:
         _validate(text, entry, last if dash else "", bool(colon), llvm_version, check_features)
+    return entry
+
+
+#: LLVM 21+ (PR #122629) wants exactly ``<kind>-<arch>-<vendor>-<os>-<env>[-<target id>]``.
+_FORMAT_21: Final = ("Targets need to follow the format '<offload kind>-<target triple>', where '<target triple>' "
+                     "follows the format '<kind>-<arch>-<vendor>-<os>-<env>[-<target id>[:target features]]'.")
+
+
+def _parse_llvm21(text: str, *, llvm_version: int, strict: bool, check_features: bool) -> BundleEntryID:
+    """The ``OffloadTargetInfo`` of LLVM 21 and later: fields by position, the triple normalized.
+
+    Checked against clang-offload-bundler 22.1.8: empty fields become ``unknown``, an AMDHSA triple
+    keeps three fields and an empty environment (``amdgcn-amd-amdhsa-``), and a last field that is
+    not a known processor is dropped.  Normalization is reproduced for well-formed triples only
+    (LLVM's ``Triple::normalize`` also reorders misplaced fields).
+    """
+    fields = text.split("-", 5)
+    if len(fields) not in (5, 6):
+        if strict:
+            raise TargetIDError(_FORMAT_21)
+        return parse_bundle_entry_id(text, llvm_version=19, strict=False)
+    kind, *triple_fields = fields[:5]
+    candidate = fields[5] if len(fields) == 6 else ""
+    target_id = candidate if candidate and candidate.split(":", 1)[0] in offload_arch_names(llvm_version) else ""
+    named = [field or "unknown" for field in triple_fields]
+    if _parse_prefix(triple_fields[2], _OS_PREFIXES) == "amdhsa":
+        triple = "-".join(named[:3]) + "-"
+    else:
+        triple = "-".join(named)
+    entry = BundleEntryID(kind, triple, target_id)
+    if strict:
+        # a processor in the environment field, or an unknown last field, is dropped: report it
+        last = candidate.split(":", 1)[0] or triple_fields[3]
+        _validate(text, entry, last, ":" in candidate, llvm_version, check_features)
     return entry
 
 
@@ -449,7 +492,7 @@ def is_code_object_compatible(code_object: BundleEntryID, requested: BundleEntry
     configuration, the code object's features are requirements.  An ID without a target ID (every
     host ID) matches only the identical ID, as in Clang 19.
     """
-    if not code_object.target_id or not requested.target_id:
+    if llvm_version < 21 and (not code_object.target_id or not requested.target_id):
         # Clang 19 gives such IDs (standardized, they end in '-') the whole ID as target ID (the ""
         # OffloadArch bug), so they only ever match an identical ID.
         return str(code_object) == str(requested)
@@ -481,6 +524,8 @@ def find_target_conflict(ids: Sequence[BundleEntryID]) -> tuple[BundleEntryID, B
         if entry.target_id:
             groups.setdefault(entry.kind_triple, []).append(entry)
     for members in groups.values():
+        if len(members) < 2:
+            continue  # nothing to conflict with (and no need to load the target-ID tables)
         parsed = {}
         for entry in sorted(members, key=lambda e: e.target_id):
             processor, features = _format_only(entry.target_id, str(entry))
