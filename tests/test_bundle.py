@@ -10,14 +10,12 @@
 """
 from __future__ import annotations
 
-import io
 import os
 import struct
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from itertools import product
 from pathlib import Path
 
@@ -194,6 +192,25 @@ def test_object_bundle_matches_clang(bundler, objects, payloads, tmp_path, host_
     B.unbundle(ours, targets, our_outs, file_type="o")
     for clang_part, our_part in zip(clang_outs, our_outs):
         assert our_part.read_bytes() == clang_part.read_bytes()
+
+
+def test_rdc_flow_matches_clang(bundler, objects, tmp_path):
+    """The driver's -fgpu-rdc steps: device bitcode bundled into the host object (host last, 3-field
+    triples), then unbundled with -allow-missing-bundles, which also passes plain objects through."""
+    targets = ["hip-amdgcn-amd-amdhsa-gfx908", "host-x86_64-pc-linux-gnu"]
+    inputs = [objects["dev908.bc"], objects["host.o"]]
+    made = run([bundler, "-type=o", "-targets=" + ",".join(targets), f"-output={tmp_path / 'clang.o'}",
+                *[f"-input={p}" for p in inputs]])
+    assert made.returncode == 0, made.stderr
+    B.bundle(inputs, targets, tmp_path / "ours.o", file_type="o")
+    assert (tmp_path / "ours.o").read_bytes() == (tmp_path / "clang.o").read_bytes()
+    for source in (tmp_path / "clang.o", objects["host2.o"]):
+        clang_outs, our_outs = [tmp_path / "c0", tmp_path / "c1"], [tmp_path / "o0", tmp_path / "o1"]
+        assert run([bundler, "-unbundle", "-allow-missing-bundles", "-type=o", "-targets=" + ",".join(targets),
+                    f"-input={source}", *[f"-output={o}" for o in clang_outs]]).returncode == 0
+        B.unbundle(source, targets, our_outs, file_type="o", allow_missing_bundles=True)
+        assert [o.read_bytes() for o in our_outs] == [c.read_bytes() for c in clang_outs]
+    assert (tmp_path / "o1").read_bytes() == objects["host2.o"].read_bytes()  # passed through
 
 
 def test_object_bundle_without_host_is_an_error_where_clang_crashes(bundler, objects, tmp_path):

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
 from offload_builders.formats.bundle_id import (
-    BundleEntryID,
     clang19_target_id_field,
     clang_stringmap_order,
     find_target_conflict,
@@ -62,7 +62,6 @@ from offload_builders.formats.compressed import (
     FileRegion,
     decompress_to,
     is_compressed,
-    read_header,
     write_all,
 )
 

@@ -12,7 +12,9 @@ Where Clang 19 is buggy we decided case by case (the reasons are in the docstrin
   ``OffloadArch`` table (the ``UNUSED`` entry) and writes ``host-x86_64-pc-linux-gnu-host-x86_64-pc-linux-gnu-``.
   We read the trailing dash as an empty target ID instead, so standardization is idempotent: every ID
   Clang writes (``--list`` output included) parses back to itself.  This is the one bundling input
-  where our bytes differ from Clang's on purpose.
+  where our bytes differ from Clang's on purpose.  The same bug gives every standardized ID without
+  a target ID (all host IDs) the whole ID as target ID, so such IDs only match an identical ID when
+  unbundling; that behaviour we keep, since it decides what unbundling extracts.
 * a processor Clang 19 does not know (an alternative name such as ``fiji``, or ``gfx950``) silently
   becomes part of the triple's environment (``hip-amdgcn-amd-amdhsa--fiji-``) and any ``:features``
   after it are dropped.  Such an ID can never match a device, so the strict parse (used for
@@ -21,8 +23,12 @@ Where Clang 19 is buggy we decided case by case (the reasons are in the docstrin
 * ``gfx9-generic`` and the other generic processors are split by Clang 19 into environment
   ``-gfx9`` and target ID ``generic``; the written bytes are still right, so we accept them and, like
   Clang, match them only exactly.
-* AMDGPU target-ID features are validated when bundling (Clang 19 accepts ``gfx908:foo+``), and the
-  conflict check uses the symmetric documented rule (Clang 19's is order dependent).
+* AMDGPU target-ID features are validated when bundling (Clang 19 accepts ``gfx908:foo+``), the
+  conflict check uses the symmetric documented rule (Clang 19's is order dependent), and duplicates
+  are found after standardization (Clang compares the raw strings, then writes the same ID twice).
+
+``llvm_version`` 21 and later select the rewritten parse (fields by position, normalized triple),
+checked against clang-offload-bundler 22.
 
 Clang keeps bundle entries and unbundling targets in ``llvm::StringMap``, so its ``--list`` order and
 the choice between several compatible entries follow the map's hash order.  :func:`clang_stringmap_order`
@@ -34,6 +40,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -153,6 +160,22 @@ def _parse_arch(name: str) -> str:
     return ""
 
 
+def _sub_arch(name: str) -> str:
+    """``Triple::parseSubArch``, reduced to a comparable string (ARM versions kept as written)."""
+    if name.startswith("mips") and name.endswith(("r6el", "r6")):
+        return "r6"
+    if name in ("powerpcspe", "arm64e", "arm64ec"):
+        return name
+    if name.startswith(("spirv", "dxil")):
+        version = name.rpartition("v")[2]
+        return f"v{version}" if version.startswith("1.") else ""
+    if name.startswith(("arm", "thumb")) and not name.startswith("arm64"):
+        return name.removeprefix("arm").removeprefix("thumb").removesuffix("eb")
+    if name.startswith("kalimba") and name[-1:] in ("3", "4", "5"):
+        return name[-1]
+    return ""
+
+
 def _parse_prefix(name: str, table: Iterable[tuple[str, str]]) -> str:
     for prefix, value in table:
         if name.startswith(prefix):
@@ -175,17 +198,12 @@ class TripleKey:
     def parse(cls, triple: str) -> "TripleKey":
         arch_name, vendor, os_name, env = split_triple(triple)
         arch = _parse_arch(arch_name)
-        # Sub-architectures that matter: ARM versions, r6 MIPS, SPIR-V/DXIL versions, arm64e/ec.
-        sub = arch_name if (arch_name != arch and arch_name not in ("x86_64", "i386")
-                            and not arch_name.startswith(("i4", "i5", "i6", "i7", "i8", "i9"))) else ""
-        if arch in ("x86", "x86_64", "ppc", "ppc64", "ppcle", "ppc64le", "sparcv9", "systemz"):
-            sub = "spe" if arch_name == "powerpcspe" else ""
         os_type = _parse_prefix(os_name, _OS_PREFIXES)
         env_type = next((p for p in _ENV_PREFIXES if env.startswith(p)), "")
         fmt = next((f for f in _FORMAT_SUFFIXES if env.endswith(f)), "")
         if not fmt:
             fmt = cls._default_format(arch, os_type)
-        return cls(arch, sub, _VENDORS.get(vendor, ""), os_type, env_type, fmt)
+        return cls(arch, _sub_arch(arch_name), _VENDORS.get(vendor, ""), os_type, env_type, fmt)
 
     @staticmethod
     def _default_format(arch: str, os_type: str) -> str:
@@ -202,7 +220,7 @@ class TripleKey:
             return "coff"
         if os_type == "aix":
             return "xcoff"
-        if os_type == "zos" or arch == "systemz" and os_type == "zos":
+        if os_type == "zos":
             return "goff"
         return "elf"
 
@@ -282,7 +300,8 @@ def _standard_triple(text: str) -> str:
 
 def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = True,
                           check_features: bool = True) -> BundleEntryID:
-    """Parse ``text`` the way the LLVM 19 ``OffloadTargetInfo`` constructor does.
+    """Parse ``text`` the way the LLVM 19 ``OffloadTargetInfo`` constructor does (``llvm_version``
+    21 and later: the rewritten constructor, see :func:`_parse_llvm21`).
 
     ``strict`` (for user-supplied ``-targets``) also applies the tool's validation, with Clang's
     messages for an unknown kind or architecture, and rejects the IDs Clang 19 would silently
@@ -294,8 +313,6 @@ def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = T
         return _parse_llvm21(text, llvm_version=llvm_version, strict=strict, check_features=check_features)
     head, colon, _features = text.partition(":")
     triple_or_gpu, dash, last = head.rpartition("-")
-    if not dash:  # rsplit('-') of a string without '-' gives (whole, "")
-        triple_or_gpu, last = head, ""
     arch_names = offload_arch_names(llvm_version)
     if dash and last == "":
         # Clang 19 matches "" against the UNUSED OffloadArch and doubles the whole ID; we read a

@@ -26,6 +26,7 @@ import io
 import os
 import struct
 from dataclasses import dataclass
+
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
