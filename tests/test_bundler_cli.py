@@ -232,16 +232,19 @@ CORPUS = [
 ]
 
 
-@pytest.mark.parametrize("name, file_type, data", CORPUS, ids=[c[0] for c in CORPUS])
-@pytest.mark.parametrize("mode", ["list", "unbundle"])
+# -list reads archives as plain files, as Clang does, so damaged archives are checked by unbundling only.
+DAMAGED_CASES = [pytest.param(mode, name, file_type, data, id=f"{mode}-{name}")
+                 for mode in ("list", "unbundle") for name, file_type, data in CORPUS
+                 if not (mode == "list" and file_type == "a")]
+
+
+@pytest.mark.parametrize("mode, name, file_type, data", DAMAGED_CASES)
 def test_damaged_input_is_one_line_exit_1_no_output(tmp_path, name, file_type, data, mode):
     path = tmp_path / name
     path.write_bytes(data)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     if mode == "list":
-        if file_type == "a":
-            pytest.skip("-list reads archives as plain files, as Clang does")
         args = ["-list", f"-type={file_type}", f"-input={path}"]
     else:
         args = ["-unbundle", "-allow-missing-bundles", f"-type={file_type}", f"-targets={HOST},{GFX908}",
