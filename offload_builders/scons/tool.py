@@ -32,7 +32,7 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders.errors import OffloadError
-from offload_builders.phases import DeviceSteps, HostSteps, PhaseModel, language_of, probe_cache
+from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of, probe_cache
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain
 
@@ -126,10 +126,9 @@ def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     return [SCons.Subst.Literal(arg) for arg in argv]
 
 
-def _host_steps(env, target, source, for_signature: bool) -> tuple[HostSteps, str]:
+def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
     language = language_of(str(source[0]))
-    flags = _compile_flags(env, target, source, for_signature, language)
-    return _model(env).host_steps(language, flags), language
+    return _model(env).host_steps(language, _compile_flags(env, target, source, for_signature, language))
 
 
 def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
@@ -154,7 +153,7 @@ def _guarded(render: Callable[..., list[str]]) -> Callable[..., list[SCons.Subst
 
 @_guarded
 def _host_cc1(target, source, env, for_signature):
-    steps, _ = _host_steps(env, target, source, for_signature)
+    steps = _host_steps(env, target, source, for_signature)
     return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
                                  output=_partial(env, target[0]))
 
@@ -191,7 +190,7 @@ def _embed_cc1(target, source, env, for_signature):
     if inputs is None:
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     host_bc, package = inputs
-    steps, _ = _host_steps(env, target, source, for_signature)
+    steps = _host_steps(env, target, source, for_signature)
     return steps.embed.render(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
                               output=_partial(env, target[0]))
 
@@ -240,12 +239,8 @@ def _phase_action(phase: str) -> SCons.Action.ListAction:
     ])
 
 
-def _c_scanner():
-    return SCons.Tool.SourceFileScanner
-
-
-_HOST_BUILDER = SCons.Builder.Builder(action=_phase_action("HOST"), source_scanner=_c_scanner(), single_source=True)
-_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=_c_scanner())
+_HOST_BUILDER = SCons.Builder.Builder(action=_phase_action("HOST"), source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
+_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True)
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"))
 
@@ -337,7 +332,7 @@ def generate(env, **kwargs: Any) -> None:
         action=_phase_action("EMBED"),
         emitter=_object_emitter,
         suffix="$OBJSUFFIX",
-        src_suffix=list(_source_suffixes()),
+        src_suffix=list(LANGUAGE_BY_SUFFIX),
         single_source=True,
     )
     env["BUILDERS"]["OffloadStaticLibrary"] = SCons.Builder.Builder(
@@ -357,12 +352,6 @@ def generate(env, **kwargs: Any) -> None:
         src_builder="OffloadObject",
         target_scanner=SCons.Scanner.Prog.ProgramScanner(),
     )
-
-
-def _source_suffixes() -> tuple[str, ...]:
-    from offload_builders.phases import LANGUAGE_BY_SUFFIX
-
-    return tuple(LANGUAGE_BY_SUFFIX)
 
 
 def exists(env) -> bool:
