@@ -320,8 +320,11 @@ def parse_bundle_entry_id(text: str, *, llvm_version: int = 19, strict: bool = T
         kind, _, triple = triple_or_gpu.partition("-")
         entry = BundleEntryID(kind, _standard_triple(triple), text[len(head):])
     elif dash and last in arch_names:
+        # Clang 19 cuts the target ID at the *first* occurrence of the processor name, which differs
+        # from its real position only when the name also appears inside the triple (never in a valid
+        # one); we cut at its position, so every standardized ID parses back to itself.
         kind, _, triple = triple_or_gpu.partition("-")
-        entry = BundleEntryID(kind, _standard_triple(triple), text[text.find(last):])
+        entry = BundleEntryID(kind, _standard_triple(triple), text[len(triple_or_gpu) + 1:])
     else:
         kind, _, triple = head.partition("-")
         entry = BundleEntryID(kind, _standard_triple(triple), "")
