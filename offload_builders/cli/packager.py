@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.errors import OffloadError
+from offload_builders.formats._io import atomic_output
 from offload_builders.formats.offload_binary import (
     KindTable,
     OffloadBinary,
     OffloadingImage,
-    atomic_output,
     kind_table,
     packager_arguments,
     write_offload_binaries,

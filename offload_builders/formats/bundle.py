@@ -30,7 +30,6 @@ Design points that differ from Clang 19, deliberately:
 """
 from __future__ import annotations
 
-import errno
 import io
 import os
 import stat
@@ -46,6 +45,8 @@ if TYPE_CHECKING:
     from typing import Final, Literal
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
+from offload_builders.formats import _io
+from offload_builders.formats._io import CHUNK, ShortReadError, copy_file_range_stream, write_all
 from offload_builders.formats.bundle_id import (
     clang19_target_id_field,
     clang_stringmap_order,
@@ -55,14 +56,12 @@ from offload_builders.formats.bundle_id import (
     validate_targets,
 )
 from offload_builders.formats.compressed import (
-    CHUNK,
     CompressedWriter,
     CompressionOptions,
     CompressionStats,
     FileRegion,
     decompress_to,
     is_compressed,
-    write_all,
 )
 
 MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -84,8 +83,6 @@ MAX_ENTRIES: Final = 1 << 16
 #: a damaged file from being read into memory.
 MAX_ID_LENGTH: Final = 1 << 16
 MAX_HEADER_SIZE: Final = 16 << 20
-#: An archive's long-name table is read into memory; bound it.
-MAX_NAME_TABLE: Final = 64 << 20
 
 #: How a bundle part is stored: "binary", "text", "object", or "plain" (not a bundle at all).
 if TYPE_CHECKING:
@@ -108,36 +105,15 @@ def _fail(message: str, label: str | None, offset: int | None) -> BundleFormatEr
 # Streaming I/O
 # ============================================================================================
 def copy_range(src_fd: int, src_offset: int, dst_fd: int, size: int) -> None:
-    """Append ``size`` bytes of ``src_fd`` at ``src_offset`` to ``dst_fd``, in the kernel when it can.
+    """Append ``size`` bytes of ``src_fd`` at ``src_offset`` to ``dst_fd`` (streamed, in the kernel when it
+    can: :func:`~offload_builders.formats._io.copy_file_range_stream`).
 
-    ``copy_file_range`` (which may share extents) and then ``sendfile``; a ``pread``/``write`` loop
-    where neither applies (pipes, some file systems).  Memory use does not depend on ``size``.
+    The sizes were checked against the input, so running short means the input is damaged (or shrank).
     """
-    offset, end = src_offset, src_offset + size
-    for method in ("copy_file_range", "sendfile"):
-        if offset >= end:
-            return
-        try:
-            while offset < end:
-                if method == "copy_file_range":
-                    done = os.copy_file_range(src_fd, dst_fd, min(end - offset, 1 << 30), offset)
-                else:
-                    done = os.sendfile(dst_fd, src_fd, offset, min(end - offset, 1 << 30))
-                if done == 0:
-                    raise BundleFormatError(f"input ended {end - offset} bytes before the expected end")
-                offset += done
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
-                                 errno.EBADF, errno.ESPIPE, errno.ENOTSUP, errno.EPERM):
-                raise
-        except AttributeError:  # no such call on this platform
-            pass
-    while offset < end:
-        data = os.pread(src_fd, min(CHUNK, end - offset), offset)
-        if not data:
-            raise BundleFormatError(f"input ended {end - offset} bytes before the expected end")
-        write_all(dst_fd, data)
-        offset += len(data)
+    try:
+        copy_file_range_stream(src_fd, dst_fd, src_offset, size)
+    except ShortReadError as exc:
+        raise BundleFormatError(f"input ended {exc.remaining} bytes before the expected end") from None
 
 
 class _PlainSink:
@@ -163,78 +139,14 @@ def _write_zeros(sink, count: int) -> None:
         count -= len(block)
 
 
-class Outputs:
-    """Output files written as temporaries and renamed into place together at the end.
+class Outputs(_io.Outputs):
+    """:class:`~offload_builders.formats._io.Outputs` (temporaries renamed into place together at the end,
+    none left behind on error), failing with the bundler's own error type."""
 
-    On any error every temporary is removed, so a failed run leaves no partial output.  Outputs that
-    are not regular files (``/dev/null``, a FIFO, ``-`` for stdout) are written directly.
-    """
-
-    _counter = 0
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[str, str]] = []
-        self._direct: list[int] = []
-
-    def __enter__(self) -> "Outputs":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        for fd in self._direct:
-            if fd > 2:
-                os.close(fd)
-        pending, self._pending = self._pending, []
-        try:
-            while exc_type is None and pending:
-                temp, final = pending[0]
-                try:
-                    os.replace(temp, final)
-                except OSError as error:
-                    raise OffloadError(f"'{final}': {error.strerror}") from None
-                pending.pop(0)
-        finally:
-            for temp, _ in pending:
-                try:
-                    os.unlink(temp)
-                except FileNotFoundError:
-                    pass
-
-    def create(self, path: str | os.PathLike[str]) -> int:
-        """A descriptor to write the output ``path`` through (closed by :meth:`__exit__`)."""
-        path = os.fspath(path)
-        if path == "-":
-            sys.stdout.flush()
-            self._direct.append(1)
-            return 1
-        try:
-            st = os.stat(path)
-            special = not stat.S_ISREG(st.st_mode)
-        except FileNotFoundError:
-            special = False
-        except OSError as exc:
-            raise OffloadError(f"'{path}': {exc.strerror}") from None
-        if special:
-            fd = os.open(path, os.O_WRONLY)
-            self._direct.append(fd)
-            return fd
-        directory = os.path.dirname(os.path.abspath(path))
-        while True:
-            Outputs._counter += 1
-            temp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{Outputs._counter}.tmp")
-            try:
-                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                break
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                raise OffloadError(f"'{path}': {exc.strerror}") from None
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        self._pending.append((temp, path))
-        self._direct.append(fd)
-        return fd
-
+    @staticmethod
+    def error(path: str, exc: OSError) -> Exception:
+        """An output that cannot be created or renamed into place is an :class:`OffloadError` line."""
+        return OffloadError(f"'{path}': {exc.strerror}")
 
 
 @dataclass(frozen=True)
@@ -887,8 +799,6 @@ def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Seq
 # ============================================================================================
 # Archives (-type=a, unbundling only)
 # ============================================================================================
-AR_MAGIC: Final = b"!<arch>\n"
-_AR_HEADER: Final = struct.Struct("16s12s6s6s8s10s2s")
 
 
 @dataclass(frozen=True)
@@ -902,68 +812,21 @@ class ArchiveMember:
 
 def read_archive(region: FileRegion, *, label: str) -> list[ArchiveMember]:
     """The members of a GNU or BSD archive (symbol tables skipped), each checked against the file."""
+    from offload_builders.formats import _archive  # only -type=a needs it: not at start-up
+
     head = region.pread(8, 0)
-    if head == b"!<thin>\n":
+    if head == _archive.THIN_MAGIC:
         raise _fail("thin archives are not supported", label, 0)
-    if head != AR_MAGIC:
+    if head != _archive.AR_MAGIC:
         raise _fail("not an archive (no !<arch> magic)", label, 0)
     members: list[ArchiveMember] = []
-    names_table = b""
-    position = 8
-    while position < region.size:
-        if position % 2:
-            position += 1
-            if position >= region.size:
-                break
-        raw = region.pread(_AR_HEADER.size, position)
-        if len(raw) < _AR_HEADER.size:
-            raise _fail(f"truncated archive member header ({len(raw)} of {_AR_HEADER.size} bytes)", label,
-                        position)
-        name_field, _, _, _, _, size_field, fmag = _AR_HEADER.unpack(raw)
-        if fmag != b"`\n":
-            raise _fail("bad archive member header (no terminator)", label, position + 58)
-        digits = size_field.rstrip(b" ")
-        if not digits.isdigit():
-            raise _fail(f"bad archive member size {size_field!r}", label, position + 48)
-        size = int(digits)
-        data_at = position + _AR_HEADER.size
-        if size > region.size - data_at:
-            raise _fail(f"archive member size {size} runs past the end of the archive", label, position + 48)
-        name = name_field.rstrip(b" ")
-        if name in (b"/", b"/SYM64/", b"__.SYMDEF", b"__.SYMDEF SORTED"):
-            pass
-        elif name == b"//":
-            if size > MAX_NAME_TABLE:
-                raise _fail(f"archive name table of {size} bytes is too large", label, position)
-            names_table = region.pread(size, data_at)
-        else:
-            data_offset, data_size = data_at, size
-            if name.startswith(b"#1/"):
-                try:
-                    name_len = int(name[3:])
-                except ValueError:
-                    raise _fail(f"bad BSD member name {name!r}", label, position) from None
-                if name_len > size:
-                    raise _fail("BSD member name runs past the member", label, position)
-                name = region.pread(name_len, data_at).rstrip(b"\0")
-                data_offset, data_size = data_at + name_len, size - name_len
-            elif name.startswith(b"/") and name[1:].isdigit():
-                at = int(name[1:])
-                stop = names_table.find(b"/\n", at)
-                if at >= len(names_table) or stop < 0:
-                    raise _fail(f"long member name offset {at} is outside the name table", label, position)
-                name = names_table[at:stop]
-            elif name.endswith(b"/"):
-                name = name[:-1]
-            if name.startswith(b"__.SYMDEF"):
-                pass
-            else:
-                try:
-                    text = name.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise _fail("archive member name is not valid UTF-8", label, position) from None
-                members.append(ArchiveMember(text, data_offset, data_size))
-        position = data_at + size
+    for name, header_at, offset, size in _archive.iter_members(
+            region.pread, 0, region.size, lambda message, at: _fail(message, label, at)):
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _fail("archive member name is not valid UTF-8", label, header_at) from None
+        members.append(ArchiveMember(text, offset, size))
     return members
 
 
@@ -991,14 +854,21 @@ def archive_member_name(member_name: str, bundle_id: str) -> str:
     return f"{stem}-{bundle_id}{stem}{extension}".replace(":", "_")
 
 
-@dataclass(frozen=True)
 class _OutMember:
-    """A member of an output archive: its name and where its bytes are."""
+    """A member of an output archive: its name and where its bytes are.
 
-    name: str
-    fd: int
-    offset: int
-    size: int
+    A plain class, not a dataclass: building a frozen dataclass costs ~0.3 ms of the command line's
+    start-up, and this record needs none of what it generates.
+    """
+
+    __slots__ = ("name", "fd", "offset", "size")
+
+    def __init__(self, name: str, fd: int, offset: int, size: int) -> None:
+        self.name, self.fd, self.offset, self.size = name, fd, offset, size
+
+    def copy_to(self, fd: int) -> None:
+        """Stream the member's bytes to ``fd`` (what the archive writer asks of a member)."""
+        copy_range(self.fd, self.offset, fd, self.size)
 
 
 def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
@@ -1073,82 +943,25 @@ def _check_member_conflicts(data: BundleInput, member: str, archive: str) -> Non
 # --------------------------------------------------------------------------------------------
 # Writing GNU archives the way llvm::writeArchive does (deterministic, with a symbol table)
 # --------------------------------------------------------------------------------------------
-def _pad_field(value: str | int, width: int) -> bytes:
-    text = str(value).encode()
-    return text + b" " * (width - len(text)) if len(text) <= width else text
-
-
-def _member_header(name_field: bytes, size: int, mode: str = "644") -> bytes:
-    return (name_field + b" " * (16 - len(name_field)) + _pad_field(0, 12) + _pad_field(0, 6)
-            + _pad_field(0, 6) + _pad_field(mode, 8) + _pad_field(size, 10) + b"`\n")
-
-
 def write_archive(fd: int, members: Sequence[_OutMember],
                   symbols_cache: dict[tuple[int, int, int], list[bytes] | None] | None = None) -> None:
-    """Write a GNU archive byte-identical to ``writeArchive(..., NormalSymtab, K_GNU, Deterministic)``.
+    """Write a GNU archive byte-identical to ``writeArchive(..., NormalSymtab, K_GNU, Deterministic)``
+    (:func:`~offload_builders.formats._archive.write_archive`).
 
-    Member data is copied, not loaded.  The symbol table lists the defined global symbols of ELF and
-    LLVM bitcode members (bitcode through its embedded symbol table); ``symbols_cache`` lets several
-    archives that share members read each member's symbols once.
+    The symbol table lists the defined global symbols of ELF and LLVM bitcode members (bitcode through
+    its embedded symbol table); ``symbols_cache`` lets several archives that share members read each
+    member's symbols once.
     """
+    from offload_builders.formats import _archive  # only -type=a needs it: not at start-up
+
     cache = {} if symbols_cache is None else symbols_cache
-    if not members:
-        write_all(fd, AR_MAGIC)
-        return
-    strtab = bytearray()
-    name_at: dict[str, int] = {}  # long names are stored once, as llvm::writeArchive does
-    headers: list[bytes] = []
-    for member in members:
-        if len(member.name) < 16 and "/" not in member.name:
-            headers.append(_member_header(member.name.encode() + b"/", member.size))
-            continue
-        if member.name not in name_at:
-            name_at[member.name] = len(strtab)
-            strtab += member.name.encode() + b"/\n"
-        headers.append(_member_header(b"/" + str(name_at[member.name]).encode(), member.size))
-    if len(strtab) % 2:
-        strtab += b"\n"
-    symbols_per_member: list[list[bytes]] = []
-    has_object = False
+    symbols: list[list[bytes] | None] = []
     for member in members:
         key = (member.fd, member.offset, member.size)
         if key not in cache:
             cache[key] = member_symbols(FileRegion(*key))
-        symbols = cache[key]
-        has_object = has_object or symbols is not None
-        symbols_per_member.append(symbols or [])
-    names = b"".join(s + b"\0" for syms in symbols_per_member for s in syms)
-    count = sum(len(syms) for syms in symbols_per_member)
-    if has_object and not names:
-        names = b"\0\0\0"
-    strtab_member = (b"//" + b" " * 46 + _pad_field(len(strtab), 10) + b"`\n" + bytes(strtab)) if strtab else b""
-    sizes = [len(h) + m.size + (m.size % 2) for h, m in zip(headers, members)]
-
-    def symtab(offset_size: int) -> bytes:
-        if not names:
-            return b""
-        body_size = offset_size * (1 + count) + len(names)
-        pad = body_size % 2
-        members_at = len(AR_MAGIC) + 60 + body_size + pad + len(strtab_member)
-        fmt = ">I" if offset_size == 4 else ">Q"
-        body = bytearray(struct.pack(fmt, count))
-        position = members_at
-        for syms, size in zip(symbols_per_member, sizes):
-            body += struct.pack(fmt, position) * len(syms)
-            position += size
-        body += names + b"\0" * pad
-        return _member_header(b"/" if offset_size == 4 else b"/SYM64/", len(body), "0") + bytes(body)
-
-    table = symtab(4)
-    last_header = len(AR_MAGIC) + len(table) + len(strtab_member) + sum(sizes[:-1])
-    if names and last_header >= 1 << 32:
-        table = symtab(8)
-    write_all(fd, AR_MAGIC + table + strtab_member)
-    for header, member in zip(headers, members):
-        write_all(fd, header)
-        copy_range(member.fd, member.offset, fd, member.size)
-        if member.size % 2:
-            write_all(fd, b"\n")
+        symbols.append(cache[key])
+    _archive.write_archive(fd, members, symbols)
 
 
 def member_symbols(region: FileRegion) -> list[bytes] | None:

@@ -33,13 +33,12 @@ if TYPE_CHECKING:
     from typing import Final
 
 from offload_builders.errors import BundleFormatError
+from offload_builders.formats._io import CHUNK, write_all
 
 # hashlib, zlib and zstandard are imported where they are used: reading and writing uncompressed
 # bundles (the common case) should not pay for them at start-up.
 
 MAGIC: Final = b"CCOB"
-#: Bytes read and written per step when streaming.
-CHUNK: Final = 1 << 20
 
 _PREFIX: Final = struct.Struct("<4sHH")  # magic, version, method
 _V1: Final = struct.Struct("<4sHHIQ")  # + uncompressed_size, hash
@@ -427,14 +426,6 @@ class CompressedWriter:
         os.pwrite(self.fd, packed, self.start)
         header = CompressedHeader(version, self.options.method, total, self.expected, digest)
         return CompressionStats(header)
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """``os.write`` until all of ``data`` is written (it may write less at a time)."""
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view)
-        view = view[done:]
 
 
 def compress_bytes(data: bytes, options: CompressionOptions = CompressionOptions()) -> bytes:

@@ -32,14 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from offload_builders.errors import OffloadError, OffloadFormatError
-from offload_builders.formats.offload_binary import (
-    MAGIC,
-    OffloadBinary,
-    atomic_output,
-    copy_file_range_stream,
-    iter_offload_binaries,
-    write_all,
-)
+from offload_builders.formats import _archive
+from offload_builders.formats._io import atomic_output, copy_file_range_stream, write_all
+from offload_builders.formats.offload_binary import MAGIC, OffloadBinary, iter_offload_binaries
 
 __all__ = [
     "SHT_LLVM_OFFLOADING",
@@ -57,8 +52,6 @@ SHT_LLVM_OFFLOADING = 0x6FFF4C0B
 _MAX_DEPTH = 16  # archives nested (or thin archives referring to archives) deeper than this are refused
 
 _ELF_MAGIC = b"\x7fELF"
-_AR_MAGIC = b"!<arch>\n"
-_THIN_MAGIC = b"!<thin>\n"
 _BC_MAGIC = b"BC\xc0\xde"
 _BC_WRAPPER_MAGIC = b"\xde\xc0\x17\x0b"
 # identify_magic's COFF object machine types (little-endian IMAGE_FILE_MACHINE_*): i386, ARMNT, PA-RISC,
@@ -89,9 +82,9 @@ def identify(head: bytes) -> ContainerKind:
     """
     if head.startswith(MAGIC):
         return ContainerKind.OFFLOAD_BINARY
-    if head.startswith(_AR_MAGIC):
+    if head.startswith(_archive.AR_MAGIC):
         return ContainerKind.ARCHIVE
-    if head.startswith(_THIN_MAGIC):
+    if head.startswith(_archive.THIN_MAGIC):
         return ContainerKind.THIN_ARCHIVE
     if head.startswith(_BC_MAGIC) or head.startswith(_BC_WRAPPER_MAGIC):
         return ContainerKind.BITCODE
@@ -368,92 +361,38 @@ def _coff_section_name(f: BinaryIO, raw: bytes, start: int, size: int, strings_a
 
 # --- ar archives ----------------------------------------------------------------------------------
 
-_AR_HEADER = struct.Struct("16s12s6s6s8s10s2s")  # name, date, uid, gid, mode, size, "`\n"
-
-
-@dataclass(frozen=True)
-class _Member:
-    name: str
-    header_offset: int
-    data_offset: int
-    size: int
-
 
 def _iter_archive(f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...], display: str | None,
-                  thin: bool) -> Iterator[_Member]:
-    """The regular members of the archive at ``[start, start + size)``, with bounds checked."""
+                  thin: bool) -> Iterator[tuple[str, int, int, int]]:
+    """``(name, header offset, data offset, size)`` of the regular members of the archive at
+    ``[start, start + size)``, with bounds checked."""
     label = _label(file, members, display)
-    end = start + size
-    pos = start + len(_AR_MAGIC)
-    long_names: bytes | None = None
-    while pos < end:
-        if end - pos < _AR_HEADER.size:
-            raise OffloadFormatError(f"truncated archive member header ({end - pos} bytes left, 60 needed)",
-                                     path=label, offset=pos)
-        f.seek(pos)
-        raw_name, _date, _uid, _gid, _mode, raw_size, magic = _AR_HEADER.unpack(f.read(_AR_HEADER.size))
-        if magic != b"`\n":
-            raise OffloadFormatError("archive member header does not end in '`\\n'", path=label, offset=pos + 58)
-        text = raw_size.rstrip(b" ")
-        if not text.isdigit():
-            raise OffloadFormatError(f"archive member size {raw_size!r} is not a decimal number", path=label,
-                                     offset=pos + 48)
-        member_size = int(text)
-        data = pos + _AR_HEADER.size
-        name = raw_name.rstrip(b" ")
-        special = name in (b"/", b"/SYM64/", b"//")
-        stored = 0 if thin and not special else member_size  # thin archives keep member data elsewhere
-        if stored > end - data:
-            raise OffloadFormatError(f"archive member of {member_size} bytes runs past the end of the archive",
-                                     path=label, offset=pos + 48)
-        next_pos = data + stored + ((data + stored - start) & 1)
-        if name == b"//":
-            f.seek(data)
-            long_names = f.read(member_size)
-        elif name in (b"/", b"/SYM64/"):
-            pass
-        elif name.startswith(b"#1/"):
-            digits = name[3:]
-            if not digits.isdigit() or int(digits) > member_size:
-                raise OffloadFormatError(f"bad BSD archive member name length {digits!r}", path=label, offset=pos)
-            f.seek(data)
-            real = f.read(int(digits)).rstrip(b"\0")
-            if not real.startswith(b"__.SYMDEF"):
-                yield _Member(real.decode("utf-8", "surrogateescape"), pos, data + int(digits),
-                              member_size - int(digits))
-        elif name.startswith(b"/") and name[1:].isdigit():
-            index = int(name[1:])
-            if long_names is None or index >= len(long_names):
-                raise OffloadFormatError(f"long member name /{index} has no entry in the name table", path=label,
-                                         offset=pos)
-            stop = long_names.find(b"\n", index)
-            real = long_names[index:len(long_names) if stop < 0 else stop]
-            if real.endswith(b"/"):
-                real = real[:-1]
-            yield _Member(real.decode("utf-8", "surrogateescape"), pos, data, member_size)
-        elif name == b"__.SYMDEF" or name == b"__.SYMDEF SORTED":
-            pass
-        else:
-            if name.endswith(b"/"):
-                name = name[:-1]
-            yield _Member(name.decode("utf-8", "surrogateescape"), pos, data, member_size)
-        pos = next_pos
+
+    def pread(count: int, offset: int) -> bytes:
+        f.seek(offset)
+        return f.read(count)
+
+    def fail(message: str, offset: int) -> OffloadFormatError:
+        return OffloadFormatError(message, path=label, offset=offset)
+
+    for name, header_offset, data_offset, length in _archive.iter_members(pread, start, start + size, fail, thin=thin):
+        yield name.decode("utf-8", "surrogateescape"), header_offset, data_offset, length
 
 
 def _extract_archive(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
                      display: str | None, depth: int, thin: bool) -> None:
-    for member in list(_iter_archive(f, file, start, size, members, display, thin)):
+    for name, header_offset, data_offset, length in list(_iter_archive(f, file, start, size, members, display, thin)):
         if thin:
-            target = member.name if os.path.isabs(member.name) else os.path.join(os.path.dirname(file), member.name)
+            target = name if os.path.isabs(name) else os.path.join(os.path.dirname(file), name)
             try:
                 with open(target, "rb") as inner:
                     inner_size = os.fstat(inner.fileno()).st_size
                     _extract_region(walk, inner, target, 0, inner_size, (), None, depth + 1)
             except FileNotFoundError:
-                raise OffloadFormatError(f"thin archive member {member.name!r} is missing",
-                                         path=_label(file, members, display), offset=member.header_offset) from None
+                raise OffloadFormatError(f"thin archive member {name!r} is missing",
+                                         path=_label(file, members, display), offset=header_offset) from None
             continue
-        _extract_region(walk, f, file, member.data_offset, member.size, members + (member.name,), display, depth + 1)
+        _extract_region(walk, f, file, data_offset, length, members + (name,), display, depth + 1)
 
 
 # --- LLVM bitcode ---------------------------------------------------------------------------------
@@ -570,6 +509,14 @@ class ArchiveMember:
     def read(self) -> bytes:
         return self.head(self.size)
 
+    def copy_to(self, fd: int) -> None:
+        """Stream the member's bytes to ``fd`` (what the archive writer asks of a member)."""
+        if isinstance(self.source, bytes):
+            write_all(fd, self.source[self.offset:self.offset + self.size])
+        else:
+            with open(self.source, "rb") as src:
+                copy_file_range_stream(src.fileno(), fd, self.offset, self.size)
+
 
 def archive_symbols(member: ArchiveMember) -> list[bytes]:
     """The names LLVM's archive writer puts in the symbol table for this member.
@@ -650,71 +597,14 @@ def _bitcode_symbols(data: bytes, name: str) -> list[bytes]:
         module.close()
 
 
-def _header(name: bytes, mode: bytes, size: int, date: bytes = b"0", ids: bytes = b"0") -> bytes:
-    return (name.ljust(16) + date.ljust(12) + ids.ljust(6) + ids.ljust(6) + mode.ljust(8)
-            + str(size).encode().ljust(10) + b"`\n")
-
-
 def write_archive(members: Sequence[ArchiveMember], output: str | os.PathLike[str]) -> None:
-    """Write a GNU ``ar`` archive as LLVM's ``writeArchive`` does with ``Deterministic`` on.
+    """Write a GNU ``ar`` archive as LLVM's ``writeArchive`` does with ``Deterministic`` on (see
+    :func:`~offload_builders.formats._archive.write_archive`); the output appears atomically.
 
-    Dates, owners 0 and mode 644; a ``/`` symbol table when any member has symbols (``/SYM64/`` beyond
-    4 GiB); names of 16 bytes or more, or containing ``/``, in the ``//`` table (deduplicated). Member
-    data is streamed; the output appears atomically.
+    A member without symbols is passed as no symbolic file (``or None``): this writer has never written
+    the empty symbol table llvm-ar 19 writes when object or bitcode members have no symbols, and its
+    output stays as it was.
     """
-    long_table = bytearray()
-    long_index: dict[str, int] = {}
-    names: list[bytes] = []
-    for member in members:
-        raw = member.name.encode("utf-8", "surrogateescape")
-        if len(raw) >= 16 or b"/" in raw:
-            if member.name not in long_index:
-                long_index[member.name] = len(long_table)
-                long_table += raw + b"/\n"
-            names.append(b"/" + str(long_index[member.name]).encode())
-        else:
-            names.append(raw + b"/")
-    if len(long_table) % 2:
-        long_table += b"\n"
-    symbols = [archive_symbols(m) for m in members]
-    symbol_names = b"".join(s + b"\0" for syms in symbols for s in syms)
-    count = sum(len(syms) for syms in symbols)
-
-    def layout(width: int) -> tuple[int, list[int]]:
-        table = width + count * width + len(symbol_names)
-        table += table % 2
-        pos = len(_AR_MAGIC) + (_AR_HEADER.size + table if count else 0)
-        if long_table:
-            pos += _AR_HEADER.size + len(long_table)
-        offsets = []
-        for member in members:
-            offsets.append(pos)
-            pos += _AR_HEADER.size + member.size + (member.size & 1)
-        return table, offsets
-
-    width = 4
-    table_size, offsets = layout(width)
-    if count and offsets and offsets[-1] >= 1 << 32:
-        width = 8
-        table_size, offsets = layout(width)
-
+    symbols = [archive_symbols(m) or None for m in members]
     with atomic_output(output) as fd:
-        chunks = [_AR_MAGIC]
-        if count:
-            fmt = ">I" if width == 4 else ">Q"
-            body = struct.pack(fmt, count) + b"".join(
-                struct.pack(fmt, offsets[i]) for i, syms in enumerate(symbols) for _ in syms) + symbol_names
-            body += bytes(table_size - len(body))
-            chunks += [_header(b"/" if width == 4 else b"/SYM64/", b"0", len(body)), body]
-        if long_table:
-            chunks += [b"//" + b" " * 46 + str(len(long_table)).encode().ljust(10) + b"`\n", bytes(long_table)]
-        write_all(fd, b"".join(chunks))
-        for member, name in zip(members, names):
-            write_all(fd, _header(name, b"644", member.size))
-            if isinstance(member.source, bytes):
-                write_all(fd, member.source[member.offset:member.offset + member.size])
-            else:
-                with open(member.source, "rb") as src:
-                    copy_file_range_stream(src.fileno(), fd, member.offset, member.size)
-            if member.size & 1:
-                write_all(fd, b"\n")
+        _archive.write_archive(fd, members, symbols)

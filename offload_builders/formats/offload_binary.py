@@ -32,7 +32,6 @@ our output is byte-identical to Clang's.
 from __future__ import annotations
 
 import collections
-import contextlib
 import enum
 import errno
 import os
@@ -43,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Union
 
 from offload_builders.errors import OffloadBinaryFormatError
+# atomic_output, copy_file_range_stream and write_all stay importable from here (they are in __all__).
+from offload_builders.formats._io import CHUNK, atomic_output, copy_file_range_stream, write_all
 
 __all__ = [
     "ALIGNMENT",
@@ -86,8 +87,6 @@ MAX_NUM_STRINGS = 1 << 16
 #: Upper bound on the key and value bytes decoded from one binary (distinct string offsets counted once),
 #: so that many entries pointing into one long string cannot blow up time or memory.
 MAX_STRING_BYTES = 16 << 20
-
-_COPY_CHUNK = 1 << 20
 
 
 # --------------------------------------------------------------------------------------------------
@@ -636,7 +635,7 @@ class OffloadBinary:
                 src.seek(self.image_offset)
                 remaining = self.image_size
                 while remaining:
-                    chunk = src.read(min(remaining, _COPY_CHUNK))
+                    chunk = src.read(min(remaining, CHUNK))
                     if not chunk:
                         raise OSError(errno.EIO, "input ended early (did it shrink while being copied?)")
                     write_all(dst_fd, chunk)
@@ -948,7 +947,7 @@ def _write_one(image: OffloadingImage, out_fd: int) -> int:
             import tempfile
 
             with tempfile.TemporaryFile() as spool:
-                shutil.copyfileobj(src, spool, _COPY_CHUNK)
+                shutil.copyfileobj(src, spool, CHUNK)
                 spool.flush()
                 return _write_from_fd(image, spool.fileno(), os.fstat(spool.fileno()).st_size, out_fd)
         return _write_from_fd(image, src.fileno(), st.st_size, out_fd)
@@ -960,95 +959,3 @@ def _write_from_fd(image: OffloadingImage, src_fd: int, size: int, out_fd: int) 
     copy_file_range_stream(src_fd, out_fd, 0, size)
     write_all(out_fd, bytes(pad))
     return len(prefix) + size + pad
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """``os.write`` until everything is written (it may write less than asked, e.g. to a pipe)."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def copy_file_range_stream(src_fd: int, dst_fd: int, offset: int, count: int) -> None:
-    """Copy ``count`` bytes at ``offset`` of ``src_fd`` to the current position of ``dst_fd``.
-
-    In-kernel (``copy_file_range``, then ``sendfile``) when the OS allows, else 1 MiB chunks, so neither
-    way holds more than a chunk in memory. Raises ``OSError`` if the source is shorter than promised.
-    """
-    position = offset
-    remaining = count
-    use_cfr = hasattr(os, "copy_file_range")
-    use_sendfile = hasattr(os, "sendfile")
-    while remaining > 0:
-        step = min(remaining, 1 << 30)
-        copied = -1
-        if use_cfr:
-            try:
-                copied = os.copy_file_range(src_fd, dst_fd, step, position)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF,
-                                     errno.EPERM, errno.ETXTBSY, errno.EIO):
-                    raise
-                use_cfr = False
-                continue
-        elif use_sendfile:
-            try:
-                copied = os.sendfile(dst_fd, src_fd, position, step)
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF):
-                    raise
-                use_sendfile = False
-                continue
-        else:
-            chunk = os.pread(src_fd, min(step, _COPY_CHUNK), position)
-            write_all(dst_fd, chunk)
-            copied = len(chunk)
-        if copied == 0:
-            raise OSError(errno.EIO, f"input ended {remaining} bytes early (did it shrink while being copied?)")
-        position += copied
-        remaining -= copied
-
-
-@contextlib.contextmanager
-def atomic_output(output: str | os.PathLike[str]) -> Iterator[int]:
-    """Yield a file descriptor whose contents replace ``output`` only if the block succeeds.
-
-    The data goes to a temporary file in the output's directory, renamed over ``output`` at the end
-    (mode 0666 minus the umask, like LLVM's ``FileOutputBuffer``), and removed on any error, so a failed
-    run leaves neither a partial nor a clobbered output. ``-`` means standard output; an existing
-    non-regular file (``/dev/null``, a FIFO) is written in place.
-    """
-    target = os.fspath(output)
-    if target == "-":
-        yield 1
-        return
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        fd = os.open(target, os.O_WRONLY)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        return
-    import tempfile  # imported here: it costs a few milliseconds of start-up the read path does not need
-
-    directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp", dir=directory)
-    try:
-        yield fd
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, target)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
