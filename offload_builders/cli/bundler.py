@@ -18,6 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
+from offload_builders.cli._common import run_guarded
 from offload_builders.errors import OffloadError
 from offload_builders.formats import bundle as bundle_mod
 from offload_builders.formats.compressed import CompressionOptions, CompressionStats, Method
@@ -260,22 +261,8 @@ def _run(options: Options, env: Environment) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bundler; return the exit status (0, or 1 after one error line on stderr)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return _run(parse_args(args), Environment.read(os.environ))
-    except OffloadError as exc:
-        message = str(exc)
-    except ValueError as exc:  # option values the library refuses (a compression level out of range)
-        message = str(exc)
-    except OSError as exc:
-        where = f"'{exc.filename}': " if exc.filename else ""
-        message = f"{where}{exc.strerror or exc}"
-    except KeyboardInterrupt:
-        message = "interrupted"
-    except Exception as exc:  # noqa: BLE001 - the contract is one line, never a traceback
-        message = f"internal error ({type(exc).__name__}): {exc}"
-    sys.stdout.flush()
-    print(f"{PROG}: error: {message.replace(chr(10), ' ')}", file=sys.stderr)
-    return 1
+    # ValueError: option values the library refuses (a compression level out of range).
+    return run_guarded(PROG, lambda: _run(parse_args(args), Environment.read(os.environ)), user_errors=(ValueError,))
 
 
 if __name__ == "__main__":

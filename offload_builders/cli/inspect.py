@@ -25,6 +25,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
+from offload_builders.cli._common import UsageError as _Fail
+from offload_builders.cli._common import os_message as _os_message
+from offload_builders.cli._common import run_guarded
 from offload_builders.errors import OffloadError
 
 # The format modules are imported where they are used, so that --help and usage errors stay quick.
@@ -49,10 +52,6 @@ OPTIONS:
   --help                 - Display available options
   --version              - Display the version of this program
 """
-
-
-class _Fail(Exception):
-    """A user error: printed as one ``error:`` line, exit status 1."""
 
 
 @dataclass
@@ -113,39 +112,20 @@ def _parse(argv: Sequence[str]) -> _Options:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; returns the exit status (0, or 1 after printing one error line)."""
-    try:
-        opts = _parse(sys.argv[1:] if argv is None else argv)
-        if opts.help:
-            sys.stdout.write(_HELP)
-            return 0
-        if opts.version:
-            print(f"{PROG} (offload-builders {__version__})")
-            return 0
-        if not opts.files:
-            raise _Fail(f"no input files; try '{PROG} --help'")
-        return _run(opts)
-    except _Fail as exc:
-        _error(str(exc))
-    except OffloadError as exc:
-        _error(str(exc))
-    except OSError as exc:
-        _error(_os_message(exc))
-    except KeyboardInterrupt:
-        _error("interrupted")
-    except Exception as exc:  # never a traceback: report the bug on one line
-        _error(f"internal error: {type(exc).__name__}: {exc}")
-    return 1
+    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
 
 
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
-
-
-def _os_message(exc: OSError) -> str:
-    reason = exc.strerror or str(exc)
-    if exc.filename is not None:
-        return f"'{os.fsdecode(exc.filename)}': {reason}"
-    return reason
+def _main(argv: Sequence[str]) -> int:
+    opts = _parse(argv)
+    if opts.help:
+        sys.stdout.write(_HELP)
+        return 0
+    if opts.version:
+        print(f"{PROG} (offload-builders {__version__})")
+        return 0
+    if not opts.files:
+        raise _Fail(f"no input files; try '{PROG} --help'")
+    return _run(opts)
 
 
 def _named(display: str, message: str) -> str:

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.errors import OffloadError
+from offload_builders.cli._common import UsageError as _Fail
+from offload_builders.cli._common import run_guarded
 from offload_builders.formats._io import atomic_output
 from offload_builders.formats.offload_binary import (
     KindTable,
@@ -46,10 +47,6 @@ OPTIONS:
   --help                      - Display available options
   --version                   - Display the version of this program
 """
-
-
-class _Fail(Exception):
-    """A user error: printed as one ``error:`` line, exit status 1."""
 
 
 @dataclass
@@ -119,47 +116,28 @@ def _parse(argv: Sequence[str]) -> _Options:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the packager; returns the exit status (0, or 1 after printing one error line)."""
     try:
-        try:
-            opts = _parse(sys.argv[1:] if argv is None else argv)
-        except _Fail as exc:
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return 1
-        if opts.help:
-            sys.stdout.write(_HELP)
-            return 0
-        if opts.version:
-            print(f"{PROG} (offload-builders {__version__}; clang-offload-packager compatible)")
-            return 0
-        if opts.input and opts.output:
-            raise _Fail("Packaging to an output file and extracting from an input file are mutually exclusive.")
-        table = kind_table(opts.llvm_version)
-        if opts.output:
-            _bundle(opts, table)
-        elif opts.input:
-            _extract(opts, table)
-        return 0
+        opts = _parse(sys.argv[1:] if argv is None else argv)
     except _Fail as exc:
-        _error(str(exc))
-    except OffloadError as exc:
-        _error(str(exc))
-    except OSError as exc:
-        _error(_os_message(exc))
-    except KeyboardInterrupt:
-        _error("interrupted")
-    except Exception as exc:  # never a traceback: report the bug on one line
-        _error(f"internal error: {type(exc).__name__}: {exc}")
-    return 1
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    return run_guarded(PROG, lambda: _main(opts))
 
 
-def _error(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-
-
-def _os_message(exc: OSError) -> str:
-    reason = exc.strerror or str(exc)
-    if exc.filename is not None:
-        return f"'{os.fsdecode(exc.filename)}': {reason}"
-    return reason
+def _main(opts: _Options) -> int:
+    if opts.help:
+        sys.stdout.write(_HELP)
+        return 0
+    if opts.version:
+        print(f"{PROG} (offload-builders {__version__}; clang-offload-packager compatible)")
+        return 0
+    if opts.input and opts.output:
+        raise _Fail("Packaging to an output file and extracting from an input file are mutually exclusive.")
+    table = kind_table(opts.llvm_version)
+    if opts.output:
+        _bundle(opts, table)
+    elif opts.input:
+        _extract(opts, table)
+    return 0
 
 
 def _spool_stdin() -> str:

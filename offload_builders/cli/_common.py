@@ -1,0 +1,40 @@
+"""What every command-line tool shares: one error line on stderr, exit status 1, never a traceback."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from offload_builders.errors import OffloadError
+
+
+class UsageError(Exception):
+    """A mistake on the command line: printed as one ``error:`` line, exit status 1."""
+
+
+def os_message(exc: OSError) -> str:
+    """``'<file>': <reason>`` for an OSError, the way Clang's tools word it."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"'{os.fsdecode(exc.filename)}': {reason}"
+    return reason
+
+
+def run_guarded(prog: str, body: Callable[[], int], *, user_errors: tuple[type[BaseException], ...] = ()) -> int:
+    """Run ``body``; turn any failure into one ``<prog>: error: ...`` line and exit status 1.
+
+    ``user_errors`` are further exception types whose message is meant for the user as it is.
+    """
+    try:
+        return body()
+    except (UsageError, OffloadError, *user_errors) as exc:
+        message = str(exc)
+    except OSError as exc:
+        message = os_message(exc)
+    except KeyboardInterrupt:
+        message = "interrupted"
+    except Exception as exc:  # noqa: BLE001 - the contract is one line, never a traceback
+        message = f"internal error ({type(exc).__name__}): {exc}"
+    sys.stdout.flush()
+    print(f"{prog}: error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 1
