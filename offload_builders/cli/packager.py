@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError as _Fail
 from offload_builders.cli._common import run_guarded
-from offload_builders.formats._io import atomic_output
+from offload_builders.formats._io import atomic_output, llvm_stem
 from offload_builders.formats.offload_binary import (
     KindTable,
     OffloadBinary,
@@ -160,15 +160,6 @@ def _llvm_extension(path: str) -> str:
     return "" if dot < 0 else name[dot + 1:]
 
 
-def _llvm_stem(path: str) -> str:
-    """``sys::path::stem(path)``: the file name without its last extension (".x" has stem "")."""
-    name = path.rsplit("/", 1)[-1] or "."
-    if name in (".", ".."):
-        return name
-    dot = name.rfind(".")
-    return name if dot < 0 else name[:dot]
-
-
 def _bundle(opts: _Options, table: KindTable) -> None:
     temporaries: list[str] = []
     try:
@@ -219,7 +210,7 @@ def _extract(opts: _Options, table: KindTable) -> None:
             found = extract_offload_binaries(spooled, display="<stdin>")
         else:
             found = extract_offload_binaries(opts.input)
-        stem = _llvm_stem(opts.input)
+        stem = llvm_stem(opts.input)
         for spec in opts.images:
             pairs = packager_arguments(spec)
             values = dict(pairs)

@@ -161,3 +161,15 @@ def atomic_output(output: str | os.PathLike[str]) -> Iterator[int]:
     """One :class:`Outputs` output: a descriptor whose contents replace ``output`` only if the block succeeds."""
     with Outputs() as outputs:
         yield outputs.create(output)
+
+
+def llvm_stem(path: str) -> str:
+    """``sys::path::stem(path)``: the file name without its last extension (``.x`` has stem ``""``).
+
+    Clang's tools name extracted files after it, so ours must compute it the same way.
+    """
+    name = path.rsplit("/", 1)[-1] or "."
+    if name in (".", ".."):
+        return name
+    dot = name.rfind(".")
+    return name if dot < 0 else name[:dot]

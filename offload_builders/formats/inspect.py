@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from offload_builders.errors import BundleFormatError, OffloadError, OffloadFormatError
+from offload_builders.formats._io import llvm_stem
 from offload_builders.formats.bundle import (
     MAGIC as BUNDLE_MAGIC,
     TEXT_COMMENTS,
@@ -260,15 +261,6 @@ def unique_names(names: Iterable[str], taken: set[str]) -> list[str]:
     return result
 
 
-def _llvm_stem(name: str) -> str:
-    """``sys::path::stem``: the file name without its last extension (``.x`` has stem ``""``)."""
-    base = name.rsplit("/", 1)[-1] or "."
-    if base in (".", ".."):
-        return base
-    dot = base.rfind(".")
-    return base if dot < 0 else base[:dot]
-
-
 # --------------------------------------------------------------------------------------------------
 # The walk
 
@@ -290,8 +282,8 @@ class _Context:
     @property
     def stem(self) -> str:
         if self.members:
-            return _llvm_stem(self.members[-1])
-        return self.file_stem if self.file_stem is not None else _llvm_stem(self.display)
+            return llvm_stem(self.members[-1])
+        return self.file_stem if self.file_stem is not None else llvm_stem(self.display)
 
     def holding(self, container: str) -> "_Context":
         return replace(self, container=container)
@@ -693,7 +685,7 @@ def inspect_file(path: str | os.PathLike[str], *, llvm_version: int = 19, displa
         found = extract_offload_binaries(fspath, display=display)
         walker = _Walker(stack)
         walker.region(FileRegion(fd, 0, size), _Context(fspath, shown, (), "file", stem), 0)
-        payloads = _binary_payloads(found, fspath, shown, stem if stem is not None else _llvm_stem(shown),
+        payloads = _binary_payloads(found, fspath, shown, stem if stem is not None else llvm_stem(shown),
                                     llvm_version, walker.ordinals) + walker.payloads
         payloads.sort(key=lambda p: p._sort_key)
         return Inspection(shown, payloads, stack)
