@@ -175,15 +175,24 @@ def _probe_toolchain(clang_text: str, cuda_text: str, search_path: str) -> Toolc
 def find_toolchain(environ: Mapping[str, str] | None = None) -> Toolchain:
     """Find Clang: ``$OFFLOAD_CLANG``, else ``clang-19``, ``/usr/lib/llvm-19/bin/clang``, ``clang`` on PATH.
 
-    The result is memoized per (compiler, CUDA path), so calling this from every SConscript is cheap.
+    Memoized on the variables it reads, so build tools can call it for every node: the search of PATH
+    runs once per distinct environment, and the compiler is asked for its version once per binary.
     """
     environ = os.environ if environ is None else environ
-    cuda_text = environ.get("CUDA_PATH") or environ.get("CUDA_HOME") or DEFAULT_CUDA_PATH
+    return _find_toolchain(environ.get("OFFLOAD_CLANG", ""), environ.get("PATH"),
+                           environ.get("CUDA_PATH") or environ.get("CUDA_HOME") or DEFAULT_CUDA_PATH)
+
+
+@functools.lru_cache(maxsize=32)
+def _find_toolchain(offload_clang: str, path: str | None, cuda_text: str) -> Toolchain:
+    environ = {} if path is None else {"PATH": path}
+    if offload_clang:
+        environ["OFFLOAD_CLANG"] = offload_clang
     tried: list[str] = []
     for candidate, origin in _candidate_compilers(environ):
-        path = Path(candidate)
-        if path.is_file() and os.access(path, os.X_OK):
-            return _probe_toolchain(str(path), cuda_text, environ.get("PATH", ""))
+        binary = Path(candidate)
+        if binary.is_file() and os.access(binary, os.X_OK):
+            return _probe_toolchain(str(binary), cuda_text, environ.get("PATH", ""))
         tried.append(f"{candidate} ({origin})")
     raise ToolchainError(
         "no Clang found for offload compilation (tried " + ", ".join(tried or ["nothing: PATH is empty"]) + ")"

@@ -24,12 +24,10 @@ from typing import Any
 import SCons.Action
 import SCons.Builder
 import SCons.Errors
-import SCons.Node
 import SCons.Scanner.Prog
 import SCons.Subst
 import SCons.Tool
 import SCons.Util
-import SCons.Warnings
 
 from offload_builders.errors import OffloadError
 from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of, probe_cache
@@ -292,8 +290,6 @@ def _object_emitter(target, source, env):
     return target, source
 
 
-
-
 def _program_emitter(target, source, env):
     targets = selected_targets(env)
     _check_tools_for(env, targets)
@@ -357,7 +353,7 @@ def generate(env, **kwargs: Any) -> None:
 def exists(env) -> bool:
     """True when a usable Clang is found (SCons does not call this for user tools; generate checks too)."""
     try:
-        find_toolchain(dict(os.environ, **({"OFFLOAD_CLANG": env.subst("$OFFLOAD_CLANG")} if env.get("OFFLOAD_CLANG") else {})))
-    except OffloadError:
+        _toolchain(env)
+    except SCons.Errors.UserError:
         return False
     return True
