@@ -243,12 +243,12 @@ def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = 
     (cc1 jobs end in ``-x <lang> <input>``).
     """
     input_value = job[-1] if input_value is None else input_value
-    value_slots = dict(value_slots or {})
-    prefix_slots = dict(prefix_slots or {})
-    replace_prefix = dict(replace_prefix or {})
+    value_slots = value_slots or {}
+    prefix_slots = prefix_slots or {}
+    replace_prefix = replace_prefix or {}
     argv: list[Arg] = []
     skip_next = False
-    for index, arg in enumerate(job):
+    for arg in job:
         if skip_next:
             skip_next = False
             continue
