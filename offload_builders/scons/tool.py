@@ -36,6 +36,7 @@ from offload_builders.toolchain import Toolchain, find_toolchain
 
 #: Construction variables this tool reads, with their defaults (set only where the user has not).
 _DEFAULTS: dict[str, Any] = {
+    "OFFLOAD_MODEL": "openmp",  # or "hip"; read when the tool is loaded
     "OFFLOAD_ARCHS": ["x86_64"],
     "OFFLOAD_FLAGS": [],
     "OFFLOAD_TARGET_FLAGS": {},
@@ -348,6 +349,13 @@ def generate(env, **kwargs: Any) -> None:
         src_builder="OffloadObject",
         target_scanner=SCons.Scanner.Prog.ProgramScanner(),
     )
+    model = env.subst("$OFFLOAD_MODEL")
+    if model == "hip":
+        from offload_builders.scons import hip  # the HIP model replaces the object and program builders
+
+        hip.generate(env)
+    elif model != "openmp":
+        raise SCons.Errors.UserError(f"OFFLOAD_MODEL: unknown offload model {model!r}; use 'openmp' or 'hip'")
 
 
 def exists(env) -> bool:
