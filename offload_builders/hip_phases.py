@@ -1,0 +1,310 @@
+"""The HIP phase model: Clang's HIP compile of one source, split into one command per phase.
+
+For a source S and AMDGPU target IDs T, ``clang++ -x hip --offload-arch=... -c S`` runs, in one process:
+
+* default (non-RDC) mode, per target ID: a device ``-cc1 -emit-obj`` (S -> device object) and an
+  ``lld`` link (device object -> code object); then ``clang-offload-bundler -type=o -bundle-align=4096``
+  (host entry from ``/dev/null`` + every code object -> the ``.hipfb`` fat binary); then the host
+  ``-cc1`` with ``-fcuda-include-gpubinary <hipfb>`` (S -> the object, fat binary in ``.hip_fatbin``);
+* relocatable-device-code mode (``-fgpu-rdc --offload-new-driver``), per target ID: a device
+  ``-cc1 -emit-llvm-bc`` (S -> bitcode); then ``clang-offload-packager`` (kind ``hip``); then the host
+  ``-cc1`` with ``-fembed-offload-object=<package>`` (the ``.llvm.offloading`` section). Device
+  linking and registration happen at link time (the linker wrapper), not here.
+
+As in :mod:`offload_builders.phases`, the commands are not re-invented: :class:`HipPhaseModel` asks the
+installed driver (``clang++ -### -x hip --offload-arch=<one target> -cuid=<probe> -c``) once per
+configuration and turns its jobs into :class:`~offload_builders.phases.CommandTemplate` objects whose
+paths (and the ``-cuid`` value) are slots. The bundler job is not run: its parameters (entry IDs,
+alignment, compression) are read from it and the fat binary is written by
+:func:`offload_builders.formats.bundle.bundle`.
+
+Two facts make per-target nodes possible, and ``tests/test_hip.py`` checks both against the driver:
+
+* the device jobs of one target do not depend on the other targets, so each target is probed alone;
+* with ``-cuid`` pinned, no job depends on the command line as a whole (the driver otherwise hashes
+  it, ``-o`` included, into the CUID that host and device code share).
+
+This module has no SCons imports.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from offload_builders.errors import ToolchainError
+from offload_builders.phases import (
+    CommandTemplate,
+    ProbeCache,
+    ProbeError,
+    _image_spec,
+    _is_cc1,
+    _template,
+    _tool_name,
+    _value_after,
+    parse_driver_jobs,
+)
+from offload_builders.targets import TargetID
+from offload_builders.toolchain import Toolchain
+
+#: The language every HIP compile is told (``-x hip``), and the source suffixes that select it.
+HIP_LANGUAGE = "hip"
+HIP_SUFFIXES: tuple[str, ...] = (".hip",)
+
+#: The driver flags of relocatable-device-code mode: device code stays bitcode in an offload binary
+#: (``.llvm.offloading``), linked and registered by the linker wrapper instead of a bundle per object.
+RDC_FLAGS: tuple[str, ...] = ("-fgpu-rdc", "--offload-new-driver")
+
+#: The host compile does not depend on which targets are selected (checked by the tests), so one fixed
+#: target serves for its probe and the probe is shared by every target list.
+HOST_PROBE_TARGET = TargetID("gfx90a")
+
+#: What the probe passes as ``-cuid``; its jobs carry it back, and it becomes the ``cuid`` slot.
+PROBE_CUID = "offloadprobecuid"
+
+#: Flags the user must not pass: the model selects targets and the CUID itself, one node at a time.
+RESERVED_FLAG_PREFIXES: tuple[str, ...] = ("--offload-arch=", "--cuda-gpu-arch=", "--no-offload-arch=",
+                                           "-cuid=", "-fuse-cuid=", "--offload-device-only",
+                                           "--offload-host-only", "--cuda-device-only", "--cuda-host-only")
+
+_PROBE_STEM = "__offload_hip_probe__"
+
+
+def is_rdc(flags: Iterable[str]) -> bool:
+    """Whether ``flags`` select relocatable device code (the last ``-f[no-]gpu-rdc`` wins, as in Clang)."""
+    rdc = False
+    for flag in flags:
+        if flag == "-fgpu-rdc":
+            rdc = True
+        elif flag == "-fno-gpu-rdc":
+            rdc = False
+    return rdc
+
+
+def check_flags(flags: Iterable[str]) -> None:
+    """Reject flags that would fight the per-node split (target selection, CUID, host/device-only)."""
+    bad = [flag for flag in flags if flag.startswith(RESERVED_FLAG_PREFIXES)]
+    if bad:
+        raise ToolchainError(
+            f"HIP compile flags must not contain {' '.join(bad)}: targets come from $OFFLOAD_ARCHS, the CUID"
+            " from $OFFLOAD_HIP_CUID, and each phase is its own build node")
+
+
+def check_targets(targets: Iterable[TargetID]) -> None:
+    """HIP offloads to AMDGPU processors only."""
+    others = [str(tid) for tid in targets if tid.kind != "amdgpu"]
+    if others:
+        raise ToolchainError(f"HIP offload targets must be AMDGPU processors (e.g. gfx90a:xnack+), not"
+                             f" {', '.join(others)}")
+
+
+@dataclass(frozen=True)
+class FatbinSpec:
+    """The parameters of the driver's ``clang-offload-bundler`` job, shared by all targets."""
+
+    file_type: str                  # "o": with a /dev/null host input that gives the binary format
+    alignment: int                  # -bundle-align (4096 in Clang 19's HIPUtility.cpp)
+    host_id: str                    # "host-x86_64-unknown-linux" (hard-coded by Clang 19)
+    host_input: str                 # "/dev/null"
+    compress: bool                  # -compress (from --offload-compress)
+    compression_level: int | None   # -compression-level=N (from --offload-compression-level=N)
+
+
+@dataclass(frozen=True)
+class HipDeviceSteps:
+    """Everything one target contributes to one source's object."""
+
+    target: TargetID
+    compile: CommandTemplate        # slots: source, main_file_name, output, and cuid (non-RDC)
+    compile_suffix: str             # ".o" (non-RDC device object) or ".bc" (RDC bitcode)
+    link: CommandTemplate | None    # non-RDC: lld -> code object, slots: input, output; RDC: None
+    bundle_id: str | None           # non-RDC: "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"; RDC: None
+    image_spec: tuple[str, ...] | None  # RDC: the packager's key=value pairs except file=; else None
+
+
+@dataclass(frozen=True)
+class HipHostSteps:
+    """The host compile: the source plus the device side's result (fat binary or package) -> object."""
+
+    compile: CommandTemplate        # slots: source, main_file_name, output, and fatbin+cuid or package
+    rdc: bool
+    fatbin: FatbinSpec | None       # non-RDC only
+
+
+def _int_option(job: Sequence[str], prefix: str) -> int | None:
+    for arg in job:
+        if arg.startswith(prefix):
+            return int(arg[len(prefix):])
+    return None
+
+
+def _list_option(job: Sequence[str], prefix: str) -> list[str]:
+    return [arg[len(prefix):] for arg in job if arg.startswith(prefix)]
+
+
+@functools.lru_cache(maxsize=512)
+def _probe(driver: str, flags: tuple[str, ...], cwd: str, cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
+    """Run ``driver -### -x hip <flags> -c`` on an empty probe source; return the jobs (memoized, cached)."""
+    key = ProbeCache.key(driver, HIP_LANGUAGE, flags, cwd) if cache is not None else ""
+    if cache is not None and (cached := cache.get(key)) is not None:
+        return cached
+    with tempfile.TemporaryDirectory(prefix="offload-hip-probe-") as scratch:
+        source = Path(scratch) / f"{_PROBE_STEM}.hip"
+        source.write_text("")
+        argv = [driver, "-###", "-x", HIP_LANGUAGE, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
+        try:
+            done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
+        except OSError as error:
+            raise ToolchainError(f"cannot run {driver}: {error.strerror}") from None
+    if done.returncode != 0:
+        message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
+        raise ProbeError(f"{driver} rejected the HIP flags {' '.join(flags)}: {message}")
+    jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
+    if cache is not None:
+        cache.put(key, jobs)
+    return jobs
+
+
+class HipPhaseModel:
+    """Per-phase HIP command templates for one toolchain, derived from its driver and memoized.
+
+    ``flags`` everywhere are the user's driver flags (``-O2``, ``-I``, ``-nogpulib -nogpuinc``, ...);
+    ``-fgpu-rdc`` among them selects RDC mode, to which the model adds ``--offload-new-driver``.
+    """
+
+    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str], cache: ProbeCache | None = None) -> None:
+        self.toolchain = toolchain
+        self.cwd = str(cwd)
+        self.cache = cache
+
+    @property
+    def driver(self) -> str:
+        return str(self.toolchain.clangxx)
+
+    def probe_flags(self, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
+        """The flags a one-target probe passes: the user's, the mode's, the target and (non-RDC) the CUID."""
+        check_flags(flags)
+        check_targets([target])
+        if is_rdc(flags):
+            # The new driver does not forward -cuid (it warns it unused), so none is pinned there.
+            return (*flags, *(f for f in RDC_FLAGS if f not in flags), f"--offload-arch={target}")
+        return (*flags, f"--offload-arch={target}", f"-cuid={PROBE_CUID}")
+
+    def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        return _probe(self.driver, self.probe_flags(target, flags), self.cwd, self.cache)
+
+    def _fail(self, target: TargetID, what: str) -> ToolchainError:
+        return ToolchainError(f"{self.driver} -### -x hip --offload-arch={target}: {what};"
+                              " is this Clang 19 with AMDGPU support?")
+
+    def _device_job(self, target: TargetID, jobs: Sequence[Sequence[str]]) -> Sequence[str]:
+        device = [job for job in jobs if _is_cc1(job) and "-fcuda-is-device" in job]
+        if len(device) != 1:
+            raise self._fail(target, f"expected one device -cc1 job, got {len(device)}")
+        return device[0]
+
+    def _cuid_slots(self, job: Sequence[str], target: TargetID, rdc: bool) -> dict[str, str]:
+        if rdc:
+            return {}
+        if f"-cuid={PROBE_CUID}" not in job:
+            raise self._fail(target, "a -cc1 job does not carry the pinned -cuid")
+        return {"-cuid=": "cuid"}
+
+    def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> HipDeviceSteps:
+        """Templates for one target's device compile (and, non-RDC, its code-object link)."""
+        rdc = is_rdc(flags)
+        jobs = self._jobs(target, flags)
+        device_job = self._device_job(target, jobs)
+        compile_output = _value_after(device_job, "-o") or ""
+        compile_template = _template(device_job, input_slot="source",
+                                     value_slots={"-main-file-name": "main_file_name"},
+                                     prefix_slots=self._cuid_slots(device_job, target, rdc))
+        compile_suffix = os.path.splitext(compile_output)[1]
+        if rdc:
+            packagers = [job for job in jobs if _tool_name(job).startswith("clang-offload-packager")]
+            if len(packagers) != 1:
+                raise self._fail(target, f"expected one clang-offload-packager job in RDC mode, got {len(packagers)}")
+            return HipDeviceSteps(target, compile_template, compile_suffix, None, None, _image_spec(packagers[0]))
+        links = [job for job in jobs if compile_output in job and job is not device_job]
+        bundlers = [job for job in jobs if _tool_name(job).startswith("clang-offload-bundler")]
+        if len(links) != 1 or len(bundlers) != 1:
+            raise self._fail(target, f"expected one device link and one bundler job, got {len(links)} and {len(bundlers)}")
+        link_template = _template(links[0], input_slot="input", input_value=compile_output)
+        targets = _list_option(bundlers[0], "-targets=")
+        ids = targets[0].split(",") if len(targets) == 1 else []
+        device_ids = [entry for entry in ids if not entry.startswith("host-")]
+        if len(device_ids) != 1:
+            raise self._fail(target, f"expected one device entry in the bundler's -targets, got {ids}")
+        return HipDeviceSteps(target, compile_template, compile_suffix, link_template, device_ids[0], None)
+
+    def host_steps(self, flags: Sequence[str] = ()) -> HipHostSteps:
+        """The host compile's template (independent of the targets) and, non-RDC, the bundler's parameters."""
+        rdc = is_rdc(flags)
+        target = HOST_PROBE_TARGET
+        jobs = self._jobs(target, flags)
+        hosts = [job for job in jobs if _is_cc1(job) and "-fcuda-is-device" not in job]
+        if len(hosts) != 1:
+            raise self._fail(target, f"expected one host -cc1 job, got {len(hosts)}")
+        host = hosts[0]
+        if rdc:
+            if not any(arg.startswith("-fembed-offload-object=") for arg in host):
+                raise self._fail(target, "the RDC host job does not embed an offload binary")
+            template = _template(host, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
+                                 prefix_slots={"-fembed-offload-object=": "package"})
+            return HipHostSteps(template, True, None)
+        if "-fcuda-include-gpubinary" not in host:
+            raise self._fail(target, "the host job does not include a GPU binary")
+        template = _template(host, input_slot="source",
+                             value_slots={"-main-file-name": "main_file_name", "-fcuda-include-gpubinary": "fatbin"},
+                             prefix_slots=self._cuid_slots(host, target, rdc))
+        bundlers = [job for job in jobs if _tool_name(job).startswith("clang-offload-bundler")]
+        if len(bundlers) != 1:
+            raise self._fail(target, f"expected one bundler job, got {len(bundlers)}")
+        return HipHostSteps(template, False, self._fatbin_spec(target, bundlers[0]))
+
+    def _fatbin_spec(self, target: TargetID, job: Sequence[str]) -> FatbinSpec:
+        types = _list_option(job, "-type=")
+        targets = _list_option(job, "-targets=")
+        inputs = _list_option(job, "-input=")
+        ids = targets[0].split(",") if len(targets) == 1 else []
+        host_index = next((i for i, entry in enumerate(ids) if entry.startswith("host-")), None)
+        if len(types) != 1 or host_index is None or len(inputs) != len(ids):
+            raise self._fail(target, f"cannot read the bundler job {' '.join(job)}")
+        return FatbinSpec(
+            file_type=types[0],
+            alignment=_int_option(job, "-bundle-align=") or 1,
+            host_id=ids[host_index],
+            host_input=inputs[host_index],
+            compress="-compress" in job,
+            compression_level=_int_option(job, "-compression-level="),
+        )
+
+    def package_command(self, images: Sequence[tuple[HipDeviceSteps, str]], output: str) -> list[str]:
+        """RDC: the packager call for one source, one ``--image`` per target in the order given."""
+        packager = self.toolchain.tool("clang-offload-packager")
+        argv = [str(packager), "-o", output]
+        for steps, path in images:
+            if steps.image_spec is None:
+                raise ValueError(f"{steps.target}: not an RDC device step")
+            argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
+        return argv
+
+
+__all__ = [
+    "HIP_LANGUAGE",
+    "HIP_SUFFIXES",
+    "HOST_PROBE_TARGET",
+    "PROBE_CUID",
+    "RDC_FLAGS",
+    "FatbinSpec",
+    "HipDeviceSteps",
+    "HipHostSteps",
+    "HipPhaseModel",
+    "check_flags",
+    "check_targets",
+    "is_rdc",
+]
