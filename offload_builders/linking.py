@@ -1,0 +1,437 @@
+"""The link side of offloading, split into steps a build system can schedule: extract, device link, wrap.
+
+``clang-linker-wrapper`` (LLVM 19) does all of this inside one serial process: it scans the link inputs
+for offload binaries, groups them by (triple, arch), links each group's device image, wraps the images in
+registration code and finally runs the host linker. Here each step is a pure function, so that the SCons
+tool can make one node per target and the ``offload-link`` CLI can run the same pipeline in parallel:
+
+* :func:`scan_link_inputs` finds the offload binaries of every input (fat objects, static archives,
+  ``-flto`` bitcode objects; shared objects are skipped as the wrapper skips them);
+* :func:`select_device_files` picks one target's device files with Clang 19's rules: every matching
+  binary of a regular input, and an archive member's only when it resolves a still-undefined symbol of
+  that target or defines a new non-hidden global (``--whole-archive`` takes all), repeated until nothing
+  changes, so library order does not matter; compatible AMDGPU target IDs and ``generic`` join the group;
+* :func:`device_link_command` is the ``clang`` command the wrapper runs for one target;
+* :func:`check_entries` reports objects that have offload entries but no device code for a target, the
+  case in which a Clang-linked program crashes at run time.
+
+Device files travel between the extract and device-link steps as a *device input file*: the selected
+offload binaries, concatenated byte for byte. It is deterministic, so an unchanged target's device link
+sees unchanged input and is not re-run when another target is added.
+"""
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from offload_builders.errors import OffloadError, OffloadFormatError
+from offload_builders.formats._io import atomic_output, write_all
+from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
+from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
+from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
+from offload_builders.toolchain import Toolchain
+
+#: (triple, arch) as a packager image names it; the grouping key of the device link.
+GroupKey = tuple[str, str]
+
+#: The sections holding host offload entries (LLVM 19/20, then 21+): an object with a non-empty one
+#: registers kernels or globals and needs device code for every device it may run on.
+ENTRY_SECTIONS: tuple[str, ...] = ("omp_offloading_entries", "llvm_offload_entries")
+
+#: The OpenMP device runtime every device image links (the driver adds ``-lomptarget.devicertl``).
+DEVICE_RUNTIME = "libomptarget.devicertl.a"
+
+
+class LinkError(OffloadError):
+    """The device side of a link cannot be done as asked (missing device code, a failed device link)."""
+
+
+def group_key(target: TargetID) -> GroupKey:
+    """The (triple, arch) a target's device files are packaged under."""
+    return target.triple, target.package_arch
+
+
+def targets_compatible(lhs: GroupKey, rhs: GroupKey) -> bool:
+    """LLVM 19's ``areTargetsCompatible``: *different* keys whose code may be linked together.
+
+    Same triple, and either side ``generic``, or AMDGPU with the same processor and no feature set on
+    one side and cleared on the other (``gfx90a`` joins ``gfx90a:xnack+``; ``xnack+`` never joins ``xnack-``).
+    """
+    if lhs == rhs or lhs[0] != rhs[0]:
+        return False
+    if lhs[1] == "generic" or rhs[1] == "generic":
+        return True
+    if lhs[0] != AMDGPU_TRIPLE or lhs[1].split(":")[0] != rhs[1].split(":")[0]:
+        return False
+    for feature in ("xnack", "sramecc"):
+        for on, off in (("+", "-"), ("-", "+")):
+            if f"{feature}{on}" in lhs[1] and f"{feature}{off}" in rhs[1]:
+                return False
+    return True
+
+
+def belongs_to(key: GroupKey, target: GroupKey) -> bool:
+    """Whether a binary packaged as ``key`` is linked into ``target``'s device image."""
+    return key == target or targets_compatible(key, target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Link inputs.
+
+
+@dataclass(frozen=True)
+class LinkInput:
+    """One host link input: a path, and whether ``--whole-archive`` was in effect for it."""
+
+    path: str
+    whole_archive: bool = False
+
+
+@dataclass
+class InputObject:
+    """What a regular (non-archive) input contributes: its binaries and whether it has offload entries."""
+
+    path: str
+    binaries: list[FoundBinary]
+    has_entries: bool
+
+
+@dataclass
+class ScannedInputs:
+    """Every offload binary of a link, split as LLVM 19 splits them."""
+
+    objects: list[InputObject] = field(default_factory=list)
+    archive_members: list[FoundBinary] = field(default_factory=list)  # lazily extracted
+
+    @property
+    def regular(self) -> list[FoundBinary]:
+        return [found for obj in self.objects for found in obj.binaries]
+
+    def keys(self) -> list[GroupKey]:
+        """Every (triple, arch) of the regular inputs, in first-seen order."""
+        seen: dict[GroupKey, None] = {}
+        for found in self.regular:
+            seen.setdefault(_key(found.binary), None)
+        return list(seen)
+
+
+def _key(binary: OffloadBinary) -> GroupKey:
+    return binary.triple, binary.arch
+
+
+def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
+    """Find the offload binaries of the link inputs. Missing files are the host linker's business."""
+    scanned = ScannedInputs()
+    for item in inputs:
+        link_input = item if isinstance(item, LinkInput) else LinkInput(os.fspath(item))
+        path = link_input.path
+        if not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            kind = identify(f.read(64))
+        if kind is ContainerKind.ELF_SHARED_OBJECT:
+            continue
+        found = extract_offload_binaries(path, include_shared_objects=False)
+        archive = kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE)
+        if archive and not link_input.whole_archive:
+            scanned.archive_members.extend(found)
+        elif archive:
+            scanned.objects.append(InputObject(path, found, False))
+        else:
+            scanned.objects.append(InputObject(path, found, _has_offload_entries(path, kind)))
+    return scanned
+
+
+def _has_offload_entries(path: str, kind: ContainerKind) -> bool:
+    if kind is not ContainerKind.ELF_RELOCATABLE:
+        return False
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            return any(elf.get_section_by_name(name) is not None and elf.get_section_by_name(name)["sh_size"] > 0
+                       for name in ENTRY_SECTIONS)
+    except Exception as exc:  # pyelftools raises its own exception types for damaged files
+        raise OffloadFormatError(f"cannot read ELF sections: {exc}", path=path) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Symbols of device files and Clang 19's lazy archive extraction.
+
+_UNDEFINED, _WEAK = 1 << 1, 1 << 2
+
+
+@dataclass(frozen=True)
+class DeviceSymbol:
+    """A global symbol of a device file, with the flags the extraction rule looks at."""
+
+    name: str
+    undefined: bool
+    weak: bool
+    hidden: bool
+
+
+def device_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
+    """The global symbols of a device ELF relocatable object or LLVM bitcode file; others have none."""
+    kind = identify(image[:64])
+    if kind is ContainerKind.BITCODE:
+        return _bitcode_symbols(image, label)
+    if kind is ContainerKind.ELF_RELOCATABLE:
+        return _elf_symbols(image, label)
+    return []
+
+
+def _elf_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        elf = ELFFile(io.BytesIO(image))
+        table = elf.get_section_by_name(".symtab")
+        if table is None:
+            return []
+        symbols = []
+        for sym in table.iter_symbols():
+            bind, sym_type = sym["st_info"]["bind"], sym["st_info"]["type"]
+            if bind == "STB_LOCAL" or sym_type in ("STT_SECTION", "STT_FILE") or not sym.name:
+                continue
+            symbols.append(DeviceSymbol(sym.name, sym["st_shndx"] == "SHN_UNDEF", bind == "STB_WEAK",
+                                        sym["st_other"]["visibility"] in ("STV_HIDDEN", "STV_INTERNAL")))
+        return symbols
+    except Exception as exc:
+        raise OffloadFormatError(f"cannot read the device object's symbols: {exc}", path=label) from None
+
+
+def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
+    import llvmlite.binding as llvm
+
+    try:
+        module = llvm.parse_bitcode(image, context=llvm.create_context())
+    except Exception as exc:
+        raise OffloadFormatError(f"cannot read device LLVM bitcode: {str(exc).strip()}", path=label) from None
+    local = {llvm.Linkage.internal, llvm.Linkage.private, llvm.Linkage.available_externally}
+    weak = {llvm.Linkage.weak_any, llvm.Linkage.weak_odr, llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr,
+            llvm.Linkage.common, llvm.Linkage.external_weak}
+    try:
+        symbols = []
+        for value in list(module.functions) + list(module.global_variables):
+            if value.linkage in local or value.name.startswith("llvm.") or not value.name:
+                continue
+            symbols.append(DeviceSymbol(value.name, value.is_declaration, value.linkage in weak,
+                                        value.visibility == llvm.Visibility.hidden))
+        return symbols
+    finally:
+        module.close()
+
+
+class _SymbolTable:
+    """One target's symbol table as ``getSymbolsFromObject``/``getSymbolsFromBitcode`` keep it."""
+
+    def __init__(self) -> None:
+        self._flags: dict[str, int] = {}
+
+    def add(self, symbols: Sequence[DeviceSymbol], *, is_archive: bool, has_offload_kind: bool) -> bool:
+        """Record a file's symbols if it is extracted; returns whether it is (always, unless lazy)."""
+        extract = not is_archive
+        pending: dict[str, int] = {}
+        for sym in symbols:
+            new = sym.name not in self._flags
+            old = self._flags.get(sym.name, 0)
+            resolves_strong = bool(old & _UNDEFINED) and not old & _WEAK and not sym.undefined
+            new_global = (new or bool(old & _UNDEFINED)) and not sym.undefined and has_offload_kind and not sym.hidden
+            extract = extract or resolves_strong or new_global
+            if old & _UNDEFINED and not sym.undefined:
+                pending[sym.name] = old & ~_UNDEFINED
+            if sym.undefined and new:
+                pending[sym.name] = old | _UNDEFINED
+            if sym.weak:
+                pending[sym.name] = old | _WEAK
+        if extract:
+            self._flags.update(pending)
+        return extract
+
+
+class _SymbolCache:
+    """Symbols per device image, read once per process (the device runtime archive is read every link)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int, int], list[DeviceSymbol]] = {}
+
+    def symbols(self, found: FoundBinary) -> list[DeviceSymbol]:
+        source = found.origin.file
+        try:
+            stamp = os.stat(source).st_mtime_ns if found.binary.data is None else id(found.binary.data)
+        except OSError:
+            stamp = 0
+        key = (source, found.binary.image_offset, found.binary.image_size, stamp)
+        if key not in self._cache:
+            self._cache[key] = device_symbols(found.read_image(), found.describe())
+        return self._cache[key]
+
+
+_SYMBOLS = _SymbolCache()
+
+
+def select_device_files(scanned: ScannedInputs, target: GroupKey) -> list[FoundBinary]:
+    """The device files linked into ``target``'s image, in link order (Clang 19's ``getDeviceInput``).
+
+    Archive members are only considered once a regular input brought device code for the target (with
+    none, the target gets no image, as with Clang: see :func:`check_entries`).
+    """
+    table = _SymbolTable()
+    selected: list[FoundBinary] = []
+    for found in scanned.regular:
+        if belongs_to(_key(found.binary), target):
+            table.add(_SYMBOLS.symbols(found), is_archive=False, has_offload_kind=found.binary.offload_kind != 0)
+            selected.append(found)
+    if not selected:
+        return []
+    candidates = [found for found in scanned.archive_members if belongs_to(_key(found.binary), target)]
+    taken = [False] * len(candidates)
+    progress = True
+    while progress:
+        progress = False
+        for index, found in enumerate(candidates):
+            if taken[index]:
+                continue
+            if table.add(_SYMBOLS.symbols(found), is_archive=True, has_offload_kind=found.binary.offload_kind != 0):
+                taken[index] = True
+                selected.append(found)
+                progress = True
+                break  # an extracted member may make earlier ones needed: check them all again
+    return selected
+
+
+def group_device_files(scanned: ScannedInputs) -> dict[GroupKey, list[FoundBinary]]:
+    """Every device-link group of a link, as ``clang-linker-wrapper`` forms them (for ``offload-link``)."""
+    return {key: select_device_files(scanned, key) for key in scanned.keys()}
+
+
+def check_entries(scanned: ScannedInputs, target: GroupKey, label: str) -> list[str]:
+    """Objects that register offload entries but carry no device code for ``target`` (one message each).
+
+    Clang links such a program without complaint and it crashes (or silently falls back) at run time.
+    """
+    problems = []
+    for obj in scanned.objects:
+        if obj.has_entries and not any(belongs_to(_key(found.binary), target) for found in obj.binaries):
+            problems.append(f"{obj.path}: has offload entries but no device code for {label}; recompile it with "
+                            f"that target in OFFLOAD_ARCHS (--offload-arch), or drop {label} from the link")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------------
+# Device input files: the selected offload binaries, concatenated.
+
+
+def write_device_inputs(files: Sequence[FoundBinary], output: str | os.PathLike[str]) -> None:
+    """Write the selected binaries, byte for byte, to ``output`` (atomically). Empty when there are none."""
+    with atomic_output(output) as fd:
+        for found in files:
+            binary = found.binary
+            if binary.data is not None:
+                write_all(fd, binary.data[binary.offset:binary.end])
+            else:
+                with open(found.origin.file, "rb") as f:
+                    f.seek(binary.offset)
+                    write_all(fd, f.read(binary.size))
+
+
+def read_device_inputs(path: str | os.PathLike[str]) -> list[OffloadBinary]:
+    """The binaries of a device input file ([] for an empty one: the target has no device code)."""
+    if os.path.getsize(path) == 0:
+        return []
+    return read_offload_binaries(os.fspath(path), path=os.fspath(path))
+
+
+def unpack_device_inputs(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[str]:
+    """Write each image of a device input file to ``directory/NNN.o`` and return the paths, in order.
+
+    Every image is named ``.o`` because the driver links ``.o`` files by content (ELF or bitcode), while
+    it would compile a ``.bc`` file first.
+    """
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for index, binary in enumerate(read_device_inputs(path)):
+        out = os.path.join(os.fspath(directory), f"{index:03d}.o")
+        with open(out, "wb") as f:
+            binary.copy_image(f, os.fspath(path))
+        paths.append(out)
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands.
+
+
+def device_link_command(toolchain: Toolchain, key: GroupKey, inputs: Sequence[str], output: str, *,
+                        flags: Sequence[str] = ("-O2",), host_libraries: Sequence[str] = (),
+                        use_lld: bool = True) -> list[str]:
+    """The command that links one target's device image, as ``clang-linker-wrapper`` 19 runs it.
+
+    AMDGPU: bitcode through ld.lld's LTO with ``-plugin-opt=mcpu``; NVPTX: ``clang-nvlink-wrapper`` (its
+    own LTO of bitcode inputs, then ptxas and nvlink); the host CPU: a ``-shared -Bsymbolic`` object that
+    libomptarget ``dlopen``s, linked against the host libraries.
+    """
+    triple, arch = key
+    argv = [str(toolchain.clang), "--no-default-config", "-o", output, f"--target={triple}"]
+    if triple == AMDGPU_TRIPLE:
+        argv.append(f"-mcpu={arch}")
+    elif triple == NVPTX_TRIPLE:
+        argv.append(f"-march={arch}")
+        if toolchain.cuda_path is not None:
+            argv.append(f"--cuda-path={toolchain.cuda_path}")
+    argv.extend(flags)
+    if triple != NVPTX_TRIPLE:
+        argv.append("-Wl,--no-undefined")
+    argv.extend(inputs)
+    if triple not in (AMDGPU_TRIPLE, NVPTX_TRIPLE):
+        if use_lld and toolchain.optional_tool("ld.lld"):
+            argv.append("-fuse-ld=lld")
+        argv.extend(["-Wl,-Bsymbolic", "-shared"])
+        argv.extend(host_libraries)
+        argv.extend([f"-L{toolchain.lib_dir}", "-lstdc++", "-lm", "-lomp", "-lomptarget"])
+    return argv
+
+
+def host_runtime_arguments(toolchain: Toolchain) -> list[str]:
+    """What the host link needs for offloading without the linker wrapper: libomp and libomptarget."""
+    return ["-fopenmp", f"-L{toolchain.lib_dir}", "-lomptarget"]
+
+
+def image_order(keys: Iterable[GroupKey]) -> list[GroupKey]:
+    """The order ``clang-linker-wrapper`` registers images in: triple descending, then arch."""
+    return sorted(sorted(keys, key=lambda k: k[1]), key=lambda k: k[0], reverse=True)
+
+
+def device_runtime(toolchain: Toolchain) -> Path:
+    return toolchain.runtime_library(DEVICE_RUNTIME)
+
+
+__all__ = [
+    "DEVICE_RUNTIME",
+    "DeviceSymbol",
+    "GroupKey",
+    "InputObject",
+    "LinkError",
+    "LinkInput",
+    "ScannedInputs",
+    "belongs_to",
+    "check_entries",
+    "device_link_command",
+    "device_runtime",
+    "device_symbols",
+    "group_device_files",
+    "group_key",
+    "host_runtime_arguments",
+    "image_order",
+    "read_device_inputs",
+    "scan_link_inputs",
+    "select_device_files",
+    "targets_compatible",
+    "unpack_device_inputs",
+    "write_device_inputs",
+]
