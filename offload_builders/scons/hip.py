@@ -1,0 +1,377 @@
+"""The HIP model of the ``offload`` SCons tool (``$OFFLOAD_MODEL = 'hip'``, sources ``.hip``).
+
+``OffloadObject`` expands one ``.hip`` source into build nodes that mirror what
+``clang++ -x hip --offload-arch=... -c`` does in one process (see :mod:`offload_builders.hip_phases`):
+
+* default mode, per target ID in ``$OFFLOAD_ARCHS``: a device compile (``<stem>.<target>.dev.o``) and
+  a device link to a code object (``<stem>.<target>.hsaco``); then the fat binary (``<stem>.hipfb``),
+  written in-process by our bundle writer; then the host compile, which is the object itself and
+  embeds the fat binary through ``-fcuda-include-gpubinary``;
+* relocatable-device-code mode (``$OFFLOAD_HIP_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
+  offload driver): per target a device compile to bitcode (``<stem>.<target>.dev.bc``), one offload
+  binary of kind ``hip`` (``<stem>.offload.pkg``), and the host compile embedding it as
+  ``.llvm.offloading``. Linking such objects needs the offload linker wrapper; ``OffloadProgram``
+  refuses them for now.
+
+Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_HIP_CUID``); without it the
+driver hashes its whole command line, ``-o`` included, and no per-target node could ever be reused.
+The default is :func:`default_cuid` of the source's path, so it is deterministic and needs no setting.
+
+Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK``, ``BUNDLE`` (a
+Python action), ``PACKAGE`` (RDC) and ``HOST``. Variables, set only where the user has not:
+
+* ``$OFFLOAD_HIP_FLAGS`` (``['-nogpulib', '-nogpuinc']``): driver flags of every HIP compile; the default
+  suits a machine without ROCm (kernels then include a minimal header of their own).
+* ``$OFFLOAD_HIP_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_HIP_DEFAULT_CUID``).
+* ``$OFFLOAD_HIP_RDC`` (False): relocatable device code.
+* ``$OFFLOAD_HIP_COMPRESS`` (None, 2 or 3): write the fat binary compressed in that ``CCOB`` format
+  version; None keeps what the flags say (``--offload-compress`` gives version 2, as Clang 19 does).
+* ``$OFFLOAD_HIP_COMPRESSION_LEVEL`` (None): zstd level; None keeps the flags' ``--offload-compression-level``
+  or the bundler's default.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import SCons.Action
+import SCons.Builder
+import SCons.Errors
+import SCons.Subst
+import SCons.Tool
+import SCons.Util
+
+from offload_builders.errors import OffloadError
+from offload_builders.formats.bundle import bundle
+from offload_builders.formats.compressed import CompressionOptions, Method
+from offload_builders.hip_phases import (
+    HIP_SUFFIXES,
+    RDC_FLAGS,
+    FatbinSpec,
+    HipDeviceSteps,
+    HipHostSteps,
+    HipPhaseModel,
+    check_targets,
+    is_rdc,
+)
+from offload_builders.phases import probe_cache
+from offload_builders.scons.tool import (
+    _COMMIT,
+    _REMOVE_STALE,
+    _check_tools_for,
+    _compile_flags,
+    _guarded,
+    _partial,
+    _phase_action,
+    _set_default,
+    _target_flags,
+    _toolchain,
+    _user_error,
+    selected_targets,
+)
+from offload_builders.targets import TargetID, parse_target_id
+
+#: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
+#: defaults, whose ``$_OFFLOAD_*`` callables this module replaces.
+_DEFAULTS: dict[str, Any] = {
+    "OFFLOAD_HIP_FLAGS": ["-nogpulib", "-nogpuinc"],
+    "OFFLOAD_HIP_CUID": "$_OFFLOAD_HIP_DEFAULT_CUID",
+    "OFFLOAD_HIP_RDC": False,
+    "OFFLOAD_HIP_COMPRESS": None,
+    "OFFLOAD_HIP_COMPRESSION_LEVEL": None,
+    # The OpenMP link's per-target device link has the same variables; HIP only swaps the callable.
+    "OFFLOAD_DEVICELINKCOM": "$_OFFLOAD_DEVICE_LINK_CMD",
+}
+
+#: A CUID becomes part of symbol names (``__hip_cuid_*``, RDC stubs): keep it to identifier characters.
+_CUID_RE = re.compile(r"[A-Za-z0-9_]+")
+
+
+def default_cuid(path: str) -> str:
+    """The default CUID of a source: the first 16 hex digits of the MD5 of its path.
+
+    ``path`` is the source's path relative to the top directory (the SConstruct's), with ``/``
+    separators, so the value is the same on every machine and for every build directory, and it changes
+    only when the source moves. Deterministic by design: the driver's own default hashes the command
+    line, which would make each target's device compile depend on all the others.
+    """
+    return hashlib.md5(path.replace(os.sep, "/").encode()).hexdigest()[:16]
+
+
+def _default_cuid_var(target, source, env, for_signature) -> str:
+    """``$_OFFLOAD_HIP_DEFAULT_CUID``: :func:`default_cuid` of the (original) source's path."""
+    node = source[0].srcnode()
+    return default_cuid(node.get_path(env.Dir("#")))
+
+
+def _cuid(env, source) -> str:
+    """The CUID for ``source``: ``$OFFLOAD_HIP_CUID`` substituted with that source, checked."""
+    value = env.subst("$OFFLOAD_HIP_CUID", source=source)
+    if not _CUID_RE.fullmatch(value):
+        raise SCons.Errors.UserError(f"OFFLOAD_HIP_CUID for {source[0]}: {value!r} is not a CUID; use letters,"
+                                     " digits and '_' only")
+    return value
+
+
+def _hip_model(env) -> HipPhaseModel:
+    top = env.Dir("#").abspath
+    cache = probe_cache(os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE"))) if env.get("OFFLOAD_PROBE_CACHE") else None
+    return HipPhaseModel(_toolchain(env), top, cache)
+
+
+def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
+    """The user's flags for a HIP compile of ``source``: the C++ ones, ``$OFFLOAD_HIP_FLAGS`` and RDC."""
+    flags = _compile_flags(env, target, source, for_signature, "c++")
+    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+    flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_HIP_FLAGS", mode, target=target, source=source)[0])
+    if env.get("OFFLOAD_HIP_RDC") and not is_rdc(flags):
+        flags += RDC_FLAGS[:1]
+    return flags
+
+
+def _original(env, source) -> list:
+    """The ``.hip`` source a node derives from (device links and bundles record it at read time)."""
+    original = env.get("_OFFLOAD_ORIGINAL_SOURCE")
+    return [original] if original is not None else [source[0]]
+
+
+def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> HipDeviceSteps:
+    tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags = _hip_flags(env, target, source, for_signature) + tuple(_target_flags(env, tid))
+    return _hip_model(env).device_steps(tid, flags)
+
+
+def _host_steps(env, target, source, for_signature: bool) -> HipHostSteps:
+    return _hip_model(env).host_steps(_hip_flags(env, target, source, for_signature))
+
+
+def _cuid_value(steps_template, env, source) -> dict[str, str]:
+    return {"cuid": _cuid(env, source)} if "cuid" in steps_template.slots else {}
+
+
+@_guarded
+def _device_cc1(target, source, env, for_signature):
+    steps = _device_steps(env, target, source, for_signature)
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name, output=_partial(env, target[0]),
+                                **_cuid_value(steps.compile, env, source))
+
+
+@_guarded
+def _devicelink_cmd(target, source, env, for_signature):
+    steps = _device_steps(env, target, _original(env, source), for_signature)
+    if steps.link is None:
+        raise SCons.Errors.UserError(f"{target[0]}: RDC device code is linked by the linker wrapper, not per object")
+    return steps.link.render(input=str(source[0]), output=_partial(env, target[0]))
+
+
+@_guarded
+def _package_cmd(target, source, env, for_signature):
+    original = _original(env, source)
+    images = [(_device_steps(env, target, original, for_signature, parse_target_id(tid_text)), str(node))
+              for node, tid_text in zip(source, env["_OFFLOAD_BUNDLE_TARGETS"])]
+    return _hip_model(env).package_command(images, _partial(env, target[0]))
+
+
+@_guarded
+def _host_cc1(target, source, env, for_signature):
+    """The object's source is the ``.hip`` file; the emitter recorded its fat binary or package."""
+    device_side = getattr(target[0].attributes, "offload_inputs", None)
+    if device_side is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    steps = _host_steps(env, target, source, for_signature)
+    slot = "package" if steps.rdc else "fatbin"
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name, output=_partial(env, target[0]),
+                                **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
+
+
+def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
+    """``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over what the flags asked the driver for (Clang 19: zstd, v2)."""
+    version = env.get("OFFLOAD_HIP_COMPRESS")
+    level = env.get("OFFLOAD_HIP_COMPRESSION_LEVEL")
+    if version in (None, "", 0, False):
+        if not spec.compress:
+            return None
+        version = 2
+    try:
+        version = int(version)
+        level = spec.compression_level if level in (None, "") else int(level)
+        return CompressionOptions(Method.ZSTD, level, version)
+    except (TypeError, ValueError) as error:
+        raise SCons.Errors.UserError(f"OFFLOAD_HIP_COMPRESS={env.get('OFFLOAD_HIP_COMPRESS')!r},"
+                                     f" OFFLOAD_HIP_COMPRESSION_LEVEL={env.get('OFFLOAD_HIP_COMPRESSION_LEVEL')!r}:"
+                                     f" {error}; the version is 2 or 3") from None
+
+
+def _bundle_plan(target, source, env, for_signature: bool) -> tuple[FatbinSpec, list[str], CompressionOptions | None]:
+    """What the fat binary of ``target`` holds: the bundler parameters, the entry IDs, the compression."""
+    original = _original(env, source)
+    spec = _host_steps(env, target, original, for_signature).fatbin
+    assert spec is not None
+    ids = [spec.host_id] + [
+        _device_steps(env, target, original, for_signature, parse_target_id(tid_text)).bundle_id or ""
+        for tid_text in env["_OFFLOAD_BUNDLE_TARGETS"]]
+    return spec, ids, _compression(env, spec)
+
+
+def _bundle_signature(target, source, env, for_signature) -> str:
+    """``$_OFFLOAD_BUNDLE_SIG``: the bundle parameters, so a change in any of them rebuilds the fat binary."""
+    try:
+        spec, ids, compression = _bundle_plan(target, source, env, True)
+    except OffloadError as error:
+        raise _user_error(error) from None
+    packing = "none" if compression is None else (
+        f"{compression.method.name}/v{compression.version}/level={compression.effective_level}")
+    return f"type={spec.file_type} align={spec.alignment} ids={','.join(ids)} compress={packing}"
+
+
+def offload_bundle(target, source, env) -> int:
+    """``$OFFLOAD_BUNDLECOM``: write the HIP fat binary in-process, as Clang's bundler job would.
+
+    Host entry from ``/dev/null``, one ``hipv4-...--<target-id>`` entry per code object, each aligned to
+    4096 bytes, optionally ``CCOB``-compressed; written to ``<target>.partial`` (committed afterwards).
+    """
+    try:
+        spec, ids, compression = _bundle_plan(target, source, env, False)
+        bundle([spec.host_input, *(str(node) for node in source)], ids, _partial(env, target[0]),
+               file_type=spec.file_type, bundle_align=spec.alignment, compression=compression)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
+def _bundle_action() -> SCons.Action.ListAction:
+    """Like ``_phase_action('BUNDLE')``, with the bundle's parameters in the signature: the default
+    command is a Python function, whose own signature is only its code."""
+    return SCons.Action.ListAction([
+        _REMOVE_STALE,
+        SCons.Action.Action("$OFFLOAD_BUNDLECOM", "$OFFLOAD_BUNDLECOMSTR", varlist=["_OFFLOAD_BUNDLE_SIG"]),
+        _COMMIT,
+    ])
+
+
+_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+                                        single_source=True)
+_DEVICELINK_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICELINK"), single_source=True)
+_BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"))
+
+
+def _check_link_tool(steps: HipDeviceSteps) -> None:
+    """The device link runs the driver's ``lld``; a missing one should fail at read time, not mid-build."""
+    if steps.link is None:
+        return
+    linker = str(steps.link.argv[0])
+    if not (os.path.isfile(linker) and os.access(linker, os.X_OK)):
+        raise SCons.Errors.UserError(f"{linker} (the AMDGPU device linker) not found; install it with: apt-get install lld-19")
+
+
+def _object_emitter(target, source, env):
+    """Expand one fat object into per-target device compiles (and links), the fat binary or package."""
+    if len(source) != 1:
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources for {target[0]}")
+    obj, src = target[0], source[0]
+    targets = selected_targets(env)  # the conflict rule is enforced here, before anything compiles
+    try:
+        check_targets(targets)
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+    _check_tools_for(env, targets)
+    stem = os.path.splitext(obj.name)[0]
+    directory = obj.dir
+    try:
+        # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
+        host = _host_steps(env, [obj], [src], False)
+        plans = {tid: _device_steps(env, [obj], [src], False, tid) for tid in targets}
+        if not host.rdc:
+            _cuid(env, [src])
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"{src}: {error}") from None
+    for steps in plans.values():
+        _check_link_tool(steps)
+
+    images = []
+    for tid, steps in plans.items():
+        device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")], [src],
+                                 OFFLOAD_TARGET=str(tid))
+        if steps.link is not None:
+            device = _DEVICELINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device,
+                                         OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+        images.extend(device)
+    order = tuple(str(tid) for tid in plans)
+    if host.rdc:
+        device_side = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
+                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+    else:
+        device_side = _BUNDLE_BUILDER(env, [directory.File(f"{stem}.hipfb")], images,
+                                      _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+    obj.attributes.offload_inputs = (device_side[0],)
+    env.Depends(obj, device_side)
+    return target, source
+
+
+def _program_emitter(target, source, env):
+    targets = selected_targets(env)
+    try:
+        check_targets(targets)
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+    if is_rdc(_hip_flags(env, target, source, False)):
+        raise SCons.Errors.UserError(
+            f"{target[0]}: linking -fgpu-rdc HIP objects needs the offload linker wrapper (device link and HIP"
+            " registration), which the HIP model does not drive yet; build objects or libraries instead")
+    return target, source
+
+
+def _no_link_arguments(target, source, env, for_signature) -> list[str]:
+    """Non-RDC HIP objects are plain host objects at link time: no offload arguments (the HIP runtime
+    library comes from ``$LIBS``)."""
+    return []
+
+
+def generate(env) -> None:
+    """Switch ``env``'s offload builders to the HIP model (called by the ``offload`` tool's generate)."""
+    for key, value in _DEFAULTS.items():
+        _set_default(env, key, value)
+    _set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
+    env["_OFFLOAD_HIP_DEFAULT_CUID"] = _default_cuid_var
+    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
+    env["_OFFLOAD_DEVICE_LINK_CMD"] = _devicelink_cmd
+    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
+    env["_OFFLOAD_HOST_CC1"] = _host_cc1
+    env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
+    for name in ("_OFFLOAD_LINK_TARGETS", "_OFFLOAD_WRAPPER_OBJECT", "_OFFLOAD_HOST_RUNTIME"):
+        env[name] = _no_link_arguments  # the OpenMP link's extra arguments have no HIP counterpart
+
+    for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
+        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
+    env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
+        action=_phase_action("HOST"),
+        emitter=_object_emitter,
+        suffix="$OBJSUFFIX",
+        src_suffix=list(HIP_SUFFIXES),
+        source_scanner=SCons.Tool.SourceFileScanner,
+        single_source=True,
+    )
+    program = env["BUILDERS"]["OffloadProgram"]
+    env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
+        action=program.action,
+        emitter=_program_emitter,
+        prefix="$PROGPREFIX",
+        suffix="$PROGSUFFIX",
+        src_suffix="$OBJSUFFIX",
+        src_builder="OffloadObject",
+        target_scanner=program.target_scanner,
+    )
+
+
+def exists(env) -> bool:
+    """The HIP model needs what the ``offload`` tool needs (a Clang with AMDGPU support)."""
+    from offload_builders.scons.tool import exists as tool_exists
+
+    return tool_exists(env)
+
+
+__all__ = ["default_cuid", "exists", "generate", "offload_bundle"]
