@@ -1,0 +1,710 @@
+"""Host registration ("wrapper") objects, as clang-linker-wrapper generates them, without Clang.
+
+After the device images are linked, clang-linker-wrapper builds a small host module that embeds them
+and registers them with the offload runtime from a constructor (``wrapOpenMPBinaries``,
+``wrapCudaBinary`` and ``wrapHIPBinary`` in ``llvm/lib/Frontend/Offloading/OffloadWrapper.cpp``, with
+the entry table from ``Utility.cpp``), then compiles it in-process to a PIC object.  This module
+builds the same IR with :mod:`llvmlite.ir` and compiles it with :mod:`llvmlite.binding`, so a build
+system can run the wrap step as a node of its own.
+
+What is reproduced (checked against clang-linker-wrapper 19.1.7 and llvm-offload-wrapper 22.1.8 in
+``tests/test_registration.py``, which compare the modules instruction for instruction):
+
+* **OpenMP**: one ``.omp_offloading.device_image[.N]`` per image (section ``.llvm.offloading``,
+  align 8), the ``__tgt_device_image`` array, the ``__tgt_bin_desc`` descriptor and a priority-101
+  constructor calling ``__tgt_register_lib`` and ``atexit(__tgt_unregister_lib ...)``.  Every image
+  shares the host entry table ``__start_<section>``..``__stop_<section>``.
+* **CUDA / HIP**: the fatbinary in ``.nv_fatbin`` / ``.hip_fatbin``, the ``fatbin_wrapper`` in
+  ``.nvFatBinSegment`` / ``.hipFatBinSegment`` (magic 0x466243B1 / 0x48495046), and a priority-101
+  constructor that registers the binary, walks the host entry table registering kernels and
+  variables (``.cuda.globals_reg`` / ``.hip.globals_reg``), and unregisters through ``atexit``.
+
+The entry table changed in LLVM 21 (see :func:`entry_layout`): LLVM 19 and 20 use a 32-byte
+``__tgt_offload_entry`` in one section per offload kind, LLVM 21 and later a 56-byte versioned entry
+in the shared ``llvm_offload_entries`` section, where the CUDA/HIP walk skips entries of other kinds.
+Only ELF hosts are supported (Mach-O and COFF use other section names).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, Union
+
+from llvmlite import ir
+
+from offload_builders.errors import (
+    BundleFormatError,
+    OffloadBinaryFormatError,
+    OffloadError,
+    OffloadFormatError,
+    TargetIDError,
+)
+from offload_builders.formats.offload_binary import (
+    MAGIC as OFFLOAD_BINARY_MAGIC,
+    ImageKind,
+    OffloadingImage,
+    OffloadKind,
+    encode_offload_binary,
+    kind_table,
+    parse_offload_binary,
+)
+
+if TYPE_CHECKING:
+    import llvmlite.binding
+
+__all__ = [
+    "CUDA",
+    "CUDA_FAT_MAGIC",
+    "DEFAULT_HOST_TRIPLE",
+    "HIP",
+    "HIP_FAT_MAGIC",
+    "OPENMP",
+    "compile_module",
+    "cuda_fatbinary_command",
+    "cuda_module",
+    "entry_layout",
+    "hip_fatbinary",
+    "hip_module",
+    "openmp_image_binary",
+    "openmp_module",
+    "wrap",
+]
+
+OPENMP: Final = "openmp"
+CUDA: Final = "cuda"
+HIP: Final = "hip"
+KINDS: Final = (OPENMP, CUDA, HIP)
+
+DEFAULT_HOST_TRIPLE: Final = "x86_64-unknown-linux-gnu"
+#: ``CudaFatMagic`` / ``HIPFatMagic``: the first word of the fatbin wrapper the runtime checks.
+CUDA_FAT_MAGIC: Final = 0x466243B1
+HIP_FAT_MAGIC: Final = 0x48495046
+#: The registration constructors' priority (``appendToGlobalCtors(M, Func, 101)``, LLVM 19+).
+CTOR_PRIORITY: Final = 101
+#: What ``fatbinary --create`` files start with (0xBA55ED50, little-endian).
+NV_FATBIN_MAGIC: Final = b"\x50\xed\x55\xba"
+_BUNDLE_MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
+_CCOB_MAGIC: Final = b"CCOB"
+
+Path = Union[str, "os.PathLike[str]"]
+
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_VOID = ir.VoidType()
+#: Always the opaque ``ptr``: llvmlite prints typed pointers (``i8*``) unless told otherwise through an
+#: environment variable, and LLVM 17+ (which Clang's modules and llvmlite's own LLVM are) has only ``ptr``.
+_PTR = ir.PointerType()
+
+
+# ------------------------------------------------------------------------------------------------
+# Versions and layouts
+
+
+def _check_version(llvm_version: int) -> int:
+    if not isinstance(llvm_version, int) or isinstance(llvm_version, bool) or llvm_version < 19:
+        raise OffloadError(f"unsupported LLVM version {llvm_version!r}: the registration code is modelled "
+                           "on LLVM 19 and later (earlier releases use a priority-1 constructor and a global "
+                           "destructor)")
+    return llvm_version
+
+
+def entry_layout(llvm_version: int) -> int:
+    """Which host entry table LLVM ``llvm_version`` uses: 19 or 21.
+
+    19 (LLVM 19 and 20): ``__tgt_offload_entry {ptr addr, ptr name, i64 size, i32 flags, i32 data}``,
+    32 bytes, in ``omp_offloading_entries`` / ``cuda_offloading_entries`` / ``hip_offloading_entries``.
+    21 (LLVM 21+, PRs #124018 and #125731): ``{i64 Reserved, i16 Version, i16 Kind, i32 Flags, ptr Address,
+    ptr SymbolName, i64 Size, i64 Data, ptr AuxAddr}``, 56 bytes, in ``llvm_offload_entries`` for all kinds.
+    """
+    return 19 if _check_version(llvm_version) <= 20 else 21
+
+
+def _entry_section(kind: str, layout: int) -> str:
+    return "llvm_offload_entries" if layout >= 21 else f"{'omp' if kind == OPENMP else kind}_offloading_entries"
+
+
+def _check_host_triple(host_triple: str) -> str:
+    if not isinstance(host_triple, str) or not host_triple or host_triple.count("-") < 1:
+        raise OffloadError(f"invalid host triple {host_triple!r}")
+    lowered = host_triple.lower()
+    if any(word in lowered for word in ("apple", "darwin", "macos", "ios", "windows", "win32", "mingw",
+                                        "cygwin", "msvc", "coff")):
+        raise OffloadError(f"host triple {host_triple!r} is not an ELF target: only ELF hosts are supported "
+                           "(Mach-O and COFF use other section names)")
+    return host_triple
+
+
+# ------------------------------------------------------------------------------------------------
+# llvmlite helpers
+
+
+class _Global(ir.GlobalVariable):
+    """A global variable whose address is an opaque ``ptr`` and that may carry a visibility.
+
+    llvmlite has no visibility field; LLVM's grammar puts it right after the linkage.
+    """
+
+    def __init__(self, module: ir.Module, typ: ir.Type, name: str, *, linkage: str = "internal",
+                 constant: bool = True, section: str = "", align: int | None = None,
+                 initializer: ir.Constant | None = None, unnamed_addr: bool = False,
+                 visibility: str = "") -> None:
+        super().__init__(module, typ, name)
+        self.type = _PTR
+        self.linkage = linkage
+        self.global_constant = constant
+        self.section = section
+        self.align = align
+        self.initializer = initializer
+        self.unnamed_addr = unnamed_addr
+        self.visibility = visibility
+
+    def descr(self, buf: list[str]) -> None:
+        text: list[str] = []
+        super().descr(text)
+        line = "".join(text)
+        if self.visibility:
+            line = line.replace(f"{self.linkage} ", f"{self.linkage} {self.visibility} ", 1)
+        buf.append(line)
+
+
+class _Function(ir.Function):
+    """A function (declared until blocks are added) whose address is an opaque ``ptr``."""
+
+    def __init__(self, module: ir.Module, ftype: ir.FunctionType, name: str) -> None:
+        super().__init__(module, ftype, name=name)
+        self.type = _PTR
+
+    @property
+    def function_type(self) -> ir.FunctionType:
+        # llvmlite finds the signature through a typed pointer, which an opaque ``ptr`` does not have.
+        return self.ftype
+
+
+def _function(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
+    return _Function(module, ir.FunctionType(ret, list(args)), name)
+
+
+def _define(module: ir.Module, name: str, args: Sequence[ir.Type] = ()) -> ir.Function:
+    """An internal ``void`` function in ``.text.startup``, as every wrapper function is."""
+    fn = _function(module, name, _VOID, args)
+    fn.linkage = "internal"
+    fn.section = ".text.startup"
+    return fn
+
+
+def _new_module(host_triple: str) -> ir.Module:
+    # A fresh type context each time: identified struct types are per context, and every module
+    # defines its own %struct.__tgt_offload_entry.
+    module = ir.Module("offload.wrapper.module", context=ir.Context())
+    module.triple = _check_host_triple(host_triple)
+    return module
+
+
+def _i32(value: int) -> ir.Constant:
+    return ir.Constant(_I32, value)
+
+
+def _i64(value: int) -> ir.Constant:
+    return ir.Constant(_I64, value)
+
+
+def _null() -> ir.Constant:
+    return ir.Constant(_PTR, None)
+
+
+def _byte_array(data: bytes) -> ir.Constant:
+    return ir.Constant(ir.ArrayType(ir.IntType(8), len(data)), bytearray(data))
+
+
+def _element(base: ir.GlobalVariable, offset: int) -> ir.Constant:
+    """``getelementptr ([N x i8], ptr @base, i64 0, i64 offset)``; LLVM folds offset 0 to ``@base``."""
+    if offset == 0:
+        return base
+    return ir.values.FormattedConstant(
+        _PTR, f"getelementptr ({base.value_type}, ptr {base.get_reference()}, i64 0, i64 {offset})")
+
+
+def _entry_type(module: ir.Module, layout: int) -> ir.IdentifiedStructType:
+    """``%struct.__tgt_offload_entry`` (``offloading::getEntryTy``): the 19 or the 21 layout."""
+    entry = module.context.get_identified_type("struct.__tgt_offload_entry")
+    if layout >= 21:
+        entry.set_body(_I64, _I16, _I16, _I32, _PTR, _PTR, _I64, _I64, _PTR)
+    else:
+        entry.set_body(_PTR, _PTR, _I64, _I32, _I32)
+    return entry
+
+
+def _entry_array(module: ir.Module, entry: ir.Type, section: str, layout: int) -> tuple[_Global, _Global]:
+    """``offloading::getOffloadEntryArray``: the linker-defined bounds of the entry section.
+
+    ``__dummy.<section>`` (zero bytes, kept by ``llvm.compiler.used``) makes sure the section, and so
+    ``__start_``/``__stop_``, exist even when no object defines an entry.
+    """
+    table = ir.ArrayType(entry, 0)
+    start = _Global(module, table, f"__start_{section}", linkage="external", visibility="hidden")
+    stop = _Global(module, table, f"__stop_{section}", linkage="external", visibility="hidden")
+    dummy = _Global(module, table, f"__dummy.{section}", section=section, initializer=ir.Constant(table, None),
+                    align=8 if layout >= 21 else None)
+    used_type = ir.ArrayType(_PTR, 1)
+    _Global(module, used_type, "llvm.compiler.used", linkage="appending", constant=False,
+            section="llvm.metadata", initializer=ir.Constant(used_type, [dummy]))
+    return start, stop
+
+
+def _append_ctor(module: ir.Module, fn: ir.Function) -> None:
+    """``appendToGlobalCtors(M, Func, 101)``."""
+    element = ir.LiteralStructType([_I32, _PTR, _PTR])
+    array = ir.ArrayType(element, 1)
+    _Global(module, array, "llvm.global_ctors", linkage="appending", constant=False,
+            initializer=ir.Constant(array, [ir.Constant(element, [_i32(CTOR_PRIORITY), fn, _null()])]))
+
+
+# ------------------------------------------------------------------------------------------------
+# OpenMP
+
+
+def _image_range(image: bytes, index: int, llvm_version: int) -> tuple[int, int]:
+    """Where the device image lies in one wrapped buffer: ``(ImageStart, ImageEnd)`` offsets.
+
+    LLVM 19-21 require an OffloadBinary (``createBinDesc`` asserts it); LLVM 22 also wraps a raw image,
+    whole.  A buffer that starts with the OffloadBinary magic must be a valid, single binary.
+    """
+    label = f"image {index}"
+    if image[:4] != OFFLOAD_BINARY_MAGIC:
+        if llvm_version >= 22:
+            return 0, len(image)
+        raise OffloadBinaryFormatError(f"not an offload binary (magic 0x10FF10AD): LLVM {llvm_version} wraps "
+                                       "each OpenMP image in one; see openmp_image_binary()", path=label, offset=0)
+    binary = parse_offload_binary(image, path=label)
+    if binary.size != len(image):
+        raise OffloadBinaryFormatError(f"the buffer is {len(image)} bytes but its offload binary is {binary.size}: "
+                                       "pass exactly one binary per image", path=label, offset=binary.size)
+    return binary.image_offset, binary.image_offset + binary.image_size
+
+
+def openmp_module(images: Sequence[bytes], *, llvm_version: int = 19,
+                  host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
+    """``wrapOpenMPBinaries``: register ``images`` (one OffloadBinary each, in this order) with libomptarget.
+
+    ``ImageStart``/``ImageEnd`` point at the raw device image inside each binary, which is what the
+    runtime loads; the binary's header stays in front of it for tools such as ``llvm-objdump --offloading``.
+    """
+    layout = entry_layout(llvm_version)
+    if isinstance(images, (bytes, bytearray, memoryview, str)) or not isinstance(images, Sequence):
+        raise OffloadError("openmp_module() takes a sequence of images (one OffloadBinary each), "
+                           f"not {type(images).__name__}")
+    buffers = [_as_bytes(image, f"image {i}") for i, image in enumerate(images)]
+    ranges = [_image_range(image, i, llvm_version) for i, image in enumerate(buffers)]
+
+    module = _new_module(host_triple)
+    entry = _entry_type(module, layout)
+    device_image = module.context.get_identified_type("__tgt_device_image")
+    device_image.set_body(_PTR, _PTR, _PTR, _PTR)
+    bin_desc = module.context.get_identified_type("__tgt_bin_desc")
+    bin_desc.set_body(_I32, _PTR, _PTR, _PTR)
+    begin, end = _entry_array(module, entry, _entry_section(OPENMP, layout), layout)
+
+    inits = []
+    for i, (data, (start, stop)) in enumerate(zip(buffers, ranges)):
+        blob = _byte_array(data)
+        image = _Global(module, blob.type, ".omp_offloading.device_image" + (f".{i}" if i else ""),
+                        initializer=blob, unnamed_addr=True, section=".llvm.offloading", align=8)
+        inits.append(ir.Constant(device_image, [_element(image, start), _element(image, stop), begin, end]))
+    images_type = ir.ArrayType(device_image, len(inits))
+    images_global = _Global(module, images_type, ".omp_offloading.device_images", unnamed_addr=True,
+                            initializer=ir.Constant(images_type, inits if inits else None))
+    descriptor = _Global(module, bin_desc, ".omp_offloading.descriptor",
+                         initializer=ir.Constant(bin_desc, [_i32(len(inits)), images_global, begin, end]))
+
+    # createRegisterFunction: the same creation order as LLVM, so the printed modules line up.
+    reg = _define(module, ".omp_offloading.descriptor_reg")
+    register_lib = _function(module, "__tgt_register_lib", _VOID, [_PTR])
+    atexit = _function(module, "atexit", _I32, [_PTR])
+    unreg = _define(module, ".omp_offloading.descriptor_unreg")
+    unregister_lib = _function(module, "__tgt_unregister_lib", _VOID, [_PTR])
+    builder = ir.IRBuilder(unreg.append_basic_block("entry"))
+    builder.call(unregister_lib, [descriptor])
+    builder.ret_void()
+    builder = ir.IRBuilder(reg.append_basic_block("entry"))
+    builder.call(register_lib, [descriptor])
+    # Unregister through atexit, after the plugins are up, so it runs before they are torn down.
+    builder.call(atexit, [unreg])
+    builder.ret_void()
+    _append_ctor(module, reg)
+    return module
+
+
+def openmp_image_binary(image: bytes | Path, *, triple: str, arch: str, llvm_version: int = 19) -> bytes:
+    """One linked device image as clang-linker-wrapper's ``bundleOpenMP`` wraps it before embedding.
+
+    An OffloadBinary with image kind ``IMG_Object``, offload kind ``openmp`` and the strings ``triple``
+    and ``arch`` of the link group, in that order (``arch`` is "" for CPU targets, and still written).
+    """
+    _check_version(llvm_version)
+    table = kind_table(llvm_version)
+    for name, value in (("triple", triple), ("arch", arch)):
+        if not isinstance(value, str):
+            raise OffloadError(f"{name} must be a string, not {type(value).__name__}")
+    if not triple:
+        raise TargetIDError("an OpenMP device image needs its target triple")
+    if isinstance(image, (bytearray, memoryview)):
+        image = bytes(image)
+    try:
+        entry = OffloadingImage(image=image, image_kind=table.image_value(ImageKind.OBJECT),
+                                offload_kind=table.offload_value(OffloadKind.OPENMP),
+                                strings=(("triple", triple), ("arch", arch)))
+    except ValueError as exc:
+        raise OffloadError(str(exc)) from None
+    return encode_offload_binary(entry)
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA and HIP
+
+
+def _check_fatbin(fatbin: bytes, hip: bool) -> bytes:
+    data = _as_bytes(fatbin, "fatbinary")
+    if hip:
+        if not (data.startswith(_BUNDLE_MAGIC) or data.startswith(_CCOB_MAGIC)):
+            raise BundleFormatError("a HIP fatbinary must be a clang-offload-bundler bundle "
+                                    "(__CLANG_OFFLOAD_BUNDLE__ or CCOB): see hip_fatbinary()", offset=0)
+    elif not data.startswith(NV_FATBIN_MAGIC):
+        raise OffloadFormatError("a CUDA fatbinary must start with the fatbin magic 0xBA55ED50 "
+                                 "(the output of `fatbinary --create`)", offset=0)
+    return data
+
+
+def _fatbin_module(fatbin: bytes, hip: bool, llvm_version: int, host_triple: str) -> ir.Module:
+    """``wrapCudaBinary`` / ``wrapHIPBinary`` (``createFatbinDesc`` + ``createRegisterFatbinFunction``)."""
+    layout = entry_layout(llvm_version)
+    data = _check_fatbin(fatbin, hip)
+    prefix = ".hip" if hip else ".cuda"
+    api = "__hip" if hip else "__cuda"
+
+    module = _new_module(host_triple)
+    entry = _entry_type(module, layout)
+    wrapper_type = module.context.get_identified_type("fatbin_wrapper")
+    wrapper_type.set_body(_I32, _I32, _PTR, _PTR)
+    begin, end = _entry_array(module, entry, _entry_section(HIP if hip else CUDA, layout), layout)
+
+    blob = _byte_array(data)
+    image = _Global(module, blob.type, ".fatbin_image", initializer=blob,
+                    section=".hip_fatbin" if hip else ".nv_fatbin")
+    wrapper = _Global(module, wrapper_type, ".fatbin_wrapper", align=8,
+                      section=".hipFatBinSegment" if hip else ".nvFatBinSegment",
+                      initializer=ir.Constant(wrapper_type, [_i32(HIP_FAT_MAGIC if hip else CUDA_FAT_MAGIC),
+                                                             _i32(1), image, _null()]))
+    handle = _Global(module, _PTR, f"{prefix}.binary_handle", constant=False, initializer=_null())
+
+    ctor = _define(module, f"{prefix}.fatbin_reg")
+    dtor = _define(module, f"{prefix}.fatbin_unreg")
+    register_fatbin = _function(module, f"{api}RegisterFatBinary", _PTR, [_PTR])
+    # Declared for HIP too (LLVM declares it unconditionally), but only CUDA calls it.
+    register_end = _function(module, "__cudaRegisterFatBinaryEnd", _VOID, [_PTR])
+    unregister_fatbin = _function(module, f"{api}UnregisterFatBinary", _VOID, [_PTR])
+    atexit = _function(module, "atexit", _I32, [_PTR])
+    globals_reg = _register_globals(module, entry, begin, end, hip, layout, llvm_version)
+
+    builder = ir.IRBuilder(ctor.append_basic_block("entry"))
+    binary = builder.call(register_fatbin, [wrapper])
+    builder.store(binary, handle, align=8)
+    builder.call(globals_reg, [binary])
+    if not hip:
+        builder.call(register_end, [binary])
+    # CUDA >= 9.2 forbids unregistering from a global destructor: atexit it is.
+    builder.call(atexit, [dtor])
+    builder.ret_void()
+
+    builder = ir.IRBuilder(dtor.append_basic_block("entry"))
+    builder.call(unregister_fatbin, [builder.load(handle, typ=_PTR, align=8)])
+    builder.ret_void()
+    _append_ctor(module, ctor)
+    return module
+
+
+def _register_globals(module: ir.Module, entry: ir.Type, begin: _Global, end: _Global, hip: bool, layout: int,
+                      llvm_version: int) -> ir.Function:
+    """``createRegisterGlobalsFunction``: walk the entry table, registering kernels and variables.
+
+    Per entry: ``size == 0`` is a kernel (``__cudaRegisterFunction``); otherwise ``flags & 7`` selects
+    a variable (0), managed variable (1; registered from LLVM 21), surface (2) or texture (3).  Surfaces
+    and textures are only registered for HIP (the linker wrapper passes ``EmitSurfacesAndTextures``
+    false for CUDA).  From LLVM 21 the table is shared, so entries of another ``Kind`` are skipped.
+    """
+    api = "__hip" if hip else "__cuda"
+    register_function = _function(module, f"{api}RegisterFunction", _I32,
+                                  [_PTR, _PTR, _PTR, _PTR, _I32, _PTR, _PTR, _PTR, _PTR, _PTR])
+    register_var = _function(module, f"{api}RegisterVar", _VOID, [_PTR, _PTR, _PTR, _PTR, _I32, _I64, _I32, _I32])
+    register_managed = (_function(module, f"{api}RegisterManagedVar", _VOID, [_PTR, _PTR, _PTR, _PTR, _I64, _I32])
+                        if layout >= 21 else None)
+    register_surface = _function(module, f"{api}RegisterSurface", _VOID, [_PTR, _PTR, _PTR, _PTR, _I32, _I32])
+    register_texture = _function(module, f"{api}RegisterTexture", _VOID, [_PTR, _PTR, _PTR, _PTR, _I32, _I32, _I32])
+
+    fn = _define(module, ".hip.globals_reg" if hip else ".cuda.globals_reg", [_PTR])
+    handle = fn.args[0]
+    names = ["entry", "while.entry"] + (["if.kind"] if layout >= 21 else []) + [
+        "if.then", "if.else", "sw.global", "sw.managed", "sw.surface", "sw.texture", "if.end", "while.end"]
+    blocks = {name: fn.append_basic_block(name) for name in names}
+
+    builder = ir.IRBuilder(blocks["entry"])
+    builder.cbranch(builder.icmp_unsigned("!=", begin, end), blocks["while.entry"], blocks["while.end"])
+
+    builder.position_at_end(blocks["while.entry"])
+    # LLVM names this phi "entry" and, the block having that name, prints it as %entry1.
+    cursor = builder.phi(_PTR, name="entry1")
+
+    def field(index: int, typ: ir.Type, name: str, align: int) -> ir.Instruction:
+        # The module has no data layout when LLVM builds it, so i64 loads get the default ABI alignment 4.
+        zero = _i32(0) if layout >= 21 else _i64(0)
+        pointer = builder.gep(cursor, [zero, _i32(index)], inbounds=True, source_etype=entry)
+        return builder.load(pointer, name=name, typ=typ, align=align)
+
+    if layout >= 21:
+        addr = field(4, _PTR, "addr", 8)
+        aux_addr = field(8, _PTR, "aux_addr", 8)
+        kind = field(2, _I16, "kind", 2)
+        name = field(5, _PTR, "name", 8)
+        size = field(6, _I64, "size", 4)
+        flags = field(3, _I32, "flags", 4)
+        data = builder.trunc(field(7, _I64, "data", 4), _I32)
+    else:
+        addr = field(0, _PTR, "addr", 8)
+        name = field(1, _PTR, "name", 8)
+        size = field(2, _I64, "size", 4)
+        flags = field(3, _I32, "flags", 4)
+        data = field(4, _I32, "textype", 4)
+    var_type = builder.and_(flags, _i32(0x7), name="type")
+    extern = builder.lshr(builder.and_(flags, _i32(0x8)), _i32(3), name="extern")
+    constant = builder.lshr(builder.and_(flags, _i32(0x10)), _i32(4), name="constant")
+    normalized = builder.lshr(builder.and_(flags, _i32(0x20)), _i32(5), name="normalized")
+    if layout >= 21:
+        wanted = kind_table(llvm_version).offload_value(OffloadKind.HIP if hip else OffloadKind.CUDA)
+        builder.cbranch(builder.icmp_unsigned("==", kind, ir.Constant(_I16, wanted)), blocks["if.kind"],
+                        blocks["if.end"])
+        builder.position_at_end(blocks["if.kind"])
+    builder.cbranch(builder.icmp_unsigned("==", size, _i64(0)), blocks["if.then"], blocks["if.else"])
+
+    builder.position_at_end(blocks["if.then"])
+    builder.call(register_function, [handle, addr, name, name, _i32(-1)] + [_null()] * 5)
+    builder.branch(blocks["if.end"])
+
+    builder.position_at_end(blocks["if.else"])
+    switch = builder.switch(var_type, blocks["if.end"])
+    for value, label in enumerate(("sw.global", "sw.managed", "sw.surface", "sw.texture")):
+        switch.add_case(_i32(value), blocks[label])
+
+    builder.position_at_end(blocks["sw.global"])
+    builder.call(register_var, [handle, addr, name, name, extern, size, constant, _i32(0)])
+    builder.branch(blocks["if.end"])
+    builder.position_at_end(blocks["sw.managed"])
+    if register_managed is not None:
+        builder.call(register_managed, [handle, aux_addr, addr, name, size, data])
+    builder.branch(blocks["if.end"])
+    builder.position_at_end(blocks["sw.surface"])
+    if hip:
+        builder.call(register_surface, [handle, addr, name, name, data, extern])
+    builder.branch(blocks["if.end"])
+    builder.position_at_end(blocks["sw.texture"])
+    if hip:
+        builder.call(register_texture, [handle, addr, name, name, data, normalized, extern])
+    builder.branch(blocks["if.end"])
+
+    builder.position_at_end(blocks["if.end"])
+    following = builder.gep(cursor, [_i64(1)], inbounds=True, source_etype=entry)
+    done = builder.icmp_unsigned("==", following, end)
+    cursor.add_incoming(begin, blocks["entry"])
+    cursor.add_incoming(following, blocks["if.end"])
+    builder.cbranch(done, blocks["while.end"], blocks["while.entry"])
+
+    builder.position_at_end(blocks["while.end"])
+    builder.ret_void()
+    return fn
+
+
+def cuda_module(fatbin: bytes, *, llvm_version: int = 19, host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
+    """``wrapCudaBinary``: register an NVIDIA fatbinary (``fatbinary --create`` output) with the CUDA runtime."""
+    return _fatbin_module(fatbin, False, llvm_version, host_triple)
+
+
+def hip_module(fatbin: bytes, *, llvm_version: int = 19, host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
+    """``wrapHIPBinary``: register a HIP fatbinary (an offload bundle, see :func:`hip_fatbinary`) with HIP."""
+    return _fatbin_module(fatbin, True, llvm_version, host_triple)
+
+
+# ------------------------------------------------------------------------------------------------
+# Compiling
+
+
+_BINDING: "llvmlite.binding | None" = None
+
+
+def _binding():  # -> the llvmlite.binding module, with the targets registered once
+    global _BINDING
+    if _BINDING is None:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _BINDING = llvm
+    return _BINDING
+
+
+def _codegen_text(module: ir.Module) -> str:
+    """The module's text as the code generator should see it.
+
+    Two things llvmlite does not do as Clang's tools do:
+
+    * ``source_filename`` (the object's ``STT_FILE`` symbol) is not printed by llvmlite; it is the
+      module name, as for Clang's ``offload.wrapper.module``.
+    * Clang's tools create their target machines with ``UseInitArray``, so a priority-101 constructor
+      lands in ``.init_array.101``; llvmlite's leaves it unset, which would emit the legacy
+      ``.ctors.65434`` that lld and glibc's start files never run as an init_array entry.  So the
+      ``llvm.global_ctors`` list is lowered here to what the code generator emits with ``UseInitArray``:
+      a private (symbol-less) pointer per constructor in ``.init_array[.<priority>]``, kept alive by
+      ``llvm.compiler.used`` (``llvm.used`` would add ``SHF_GNU_RETAIN``, which Clang's objects lack).
+    """
+    text = str(module)
+    ctors = module.globals.get("llvm.global_ctors")
+    if ctors is not None:
+        init = ctors.initializer
+        entries = [] if init is None or init.constant is None else list(init.constant)
+        lines, kept = [], []
+        for i, entry in enumerate(entries):
+            priority, fn, data = entry.constant
+            if not (isinstance(data, ir.Constant) and data.constant is None):
+                raise OffloadError("llvm.global_ctors entries with a comdat key are not supported")
+            number = int(priority.constant)
+            section = ".init_array" if number == 65535 else f".init_array.{number}"
+            name = f'@"__init_array_entry.{i}"'
+            lines.append(f'{name} = private constant ptr {fn.get_reference()}, section "{section}", align 8')
+            kept.append(f"ptr {name}")
+        used = module.globals.get("llvm.compiler.used")
+        if used is not None:
+            used_init = used.initializer
+            kept = [f"ptr {c.get_reference()}" for c in (used_init.constant or [])] + kept
+            text = text.replace(str(used), "", 1)
+        if kept:
+            lines.append(f'@"llvm.compiler.used" = appending global [{len(kept)} x ptr] [{", ".join(kept)}], '
+                         'section "llvm.metadata"')
+        text = text.replace(str(ctors), "\n".join(lines), 1)
+    return f'source_filename = "{module.name}"\n{text}'
+
+
+def compile_module(module: ir.Module, host_triple: str) -> bytes:
+    """Compile a wrapper module to a relocatable object, as ``compileModule`` in the linker wrapper does.
+
+    Code generation only (no IR passes), position-independent (``Reloc::PIC_``), default code model and
+    the default optimization level (2); the data layout is the target machine's.
+    """
+    llvm = _binding()
+    _check_host_triple(host_triple)
+    try:
+        target = llvm.Target.from_triple(host_triple)
+    except RuntimeError as exc:
+        raise OffloadError(f"no LLVM target for host triple {host_triple!r}: {exc}") from None
+    machine = target.create_target_machine(cpu="", features="", opt=2, reloc="pic", codemodel="default")
+    parsed = llvm.parse_assembly(_codegen_text(module), context=llvm.create_context())
+    parsed.triple = host_triple
+    parsed.data_layout = str(machine.target_data)
+    parsed.verify()
+    return machine.emit_object(parsed)
+
+
+def wrap(kind: str, payload: Sequence[bytes] | bytes, *, llvm_version: int = 19,
+         host_triple: str = DEFAULT_HOST_TRIPLE) -> bytes:
+    """The registration object for ``kind``: OpenMP images (a sequence) or a CUDA/HIP fatbinary (bytes)."""
+    if kind == OPENMP:
+        module = openmp_module(payload, llvm_version=llvm_version, host_triple=host_triple)  # type: ignore[arg-type]
+    elif kind in (CUDA, HIP):
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise OffloadError(f"wrapping {kind} takes one fatbinary (bytes), not {type(payload).__name__}")
+        build = cuda_module if kind == CUDA else hip_module
+        module = build(bytes(payload), llvm_version=llvm_version, host_triple=host_triple)
+    else:
+        raise OffloadError(f"unknown offload kind {kind!r}: expected one of {', '.join(KINDS)}")
+    return compile_module(module, host_triple)
+
+
+# ------------------------------------------------------------------------------------------------
+# Fatbinaries
+
+
+def cuda_fatbinary_command(fatbinary: str, images: Sequence[tuple[str, str]], output: str) -> list[str]:
+    """The ``fatbinary`` command that combines linked cubins (``(arch, path)``) into one fatbinary.
+
+    CUDA 13 removed ``--image=profile=...``; this is the ``--image3=kind=elf,sm=<N>,file=<path>``
+    spelling (accepted since CUDA 12), the one clang-linker-wrapper 22 writes.  ``compute_<N>`` entries
+    are PTX (``kind=ptx``).
+    """
+    if isinstance(images, (str, bytes)) or not images:
+        raise OffloadError("a CUDA fatbinary needs at least one (arch, image path) pair")
+    command = [os.fspath(fatbinary), "-64", "--create", os.fspath(output)]
+    for arch, path in images:
+        if not isinstance(arch, str):
+            raise TargetIDError(f"CUDA architecture must be a string, not {type(arch).__name__}")
+        prefix, _, number = arch.partition("_")
+        if prefix not in ("sm", "compute") or not number[:1].isdigit() or not number.isalnum():
+            raise TargetIDError(f"invalid CUDA architecture {arch!r}: expected sm_<N> or compute_<N>")
+        path = os.fspath(path)
+        if "," in path:
+            raise OffloadError(f"fatbinary cannot take a file name with a comma: {path!r}")
+        command.append(f"--image3=kind={'elf' if prefix == 'sm' else 'ptx'},sm={number},file={path}")
+    return command
+
+
+def hip_fatbinary(images: Sequence[tuple[str, bytes | Path]], *, compress: int | bool | None = None,
+                  offload_kind: str = "hipv4", host_target: str = "host-x86_64-unknown-linux",
+                  llvm_version: int = 19) -> bytes:
+    """A HIP fatbinary: the offload bundle the HIP runtime unpacks, ``(target ID, code object)`` per image.
+
+    Exactly what ``clang-offload-bundler -type=o -bundle-align=4096 -targets=<host_target>,<offload_kind>-
+    amdgcn-amd-amdhsa--<target ID>... -input=/dev/null -input=<image>... -output=<file>`` writes: an empty
+    host entry first, then the code objects at 4096-byte boundaries.  ``compress`` wraps it in a ``CCOB``
+    header (zstd, format 2 for LLVM < 22 and 3 from 22): ``True`` at the default level, an int at that level.
+
+    clang-linker-wrapper's own bundle (``bundleHIP``) uses ``offload_kind="hip"``; LLVM 22 writes the host
+    as ``host-x86_64-unknown-linux-gnu``.
+    """
+    from offload_builders.formats.bundle import binary_layout
+    from offload_builders.formats.bundle_id import validate_targets
+    from offload_builders.formats.compressed import CompressionOptions, Method, compress_bytes
+
+    _check_version(llvm_version)
+    if isinstance(images, (str, bytes)) or not images:
+        raise OffloadError("a HIP fatbinary needs at least one (target ID, code object) pair")
+    if offload_kind not in ("hip", "hipv4"):
+        raise TargetIDError(f"HIP bundle entries are 'hip' or 'hipv4', not {offload_kind!r}")
+    targets = [host_target]
+    blobs = [b""]
+    for target_id, image in images:
+        if not isinstance(target_id, str) or not target_id:
+            raise TargetIDError(f"invalid AMDGPU target ID {target_id!r}")
+        targets.append(f"{offload_kind}-amdgcn-amd-amdhsa--{target_id}")
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            blobs.append(bytes(image))
+        else:
+            with open(image, "rb") as f:
+                blobs.append(f.read())
+    ids = [str(entry) for entry in validate_targets(targets, bundling=True, llvm_version=llvm_version)]
+    header, offsets, total = binary_layout(ids, [len(b) for b in blobs], 4096)
+    out = bytearray(total)
+    out[:len(header)] = header
+    for offset, blob in zip(offsets, blobs):
+        out[offset:offset + len(blob)] = blob
+    if compress is None or compress is False:
+        return bytes(out)
+    level = None if compress is True else int(compress)
+    try:
+        options = CompressionOptions(Method.ZSTD, level, 3 if llvm_version >= 22 else 2)
+    except ValueError as exc:
+        raise OffloadError(str(exc)) from None
+    return compress_bytes(bytes(out), options)
+
+
+def _as_bytes(data: object, what: str) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise OffloadError(f"{what} must be bytes, not {type(data).__name__}")
