@@ -162,9 +162,13 @@ class Device:
         """``(tier, "<triple>--<target ID>")`` in the order the HIP runtime asks comgr (CLR's query set)."""
         result = [(NATIVE, f"{self.triple}--{self.target}")]
         if self.target.kind == "amdgpu":
-            if self.generic:
-                generic = TargetID(self.generic, self.target.features)
-                result.append((GENERIC, f"{self.triple}--{generic}"))
+            family = amdgpu_processor(self.generic) if self.generic else None
+            if family is not None:
+                # CLR's TargetToGeneric keeps both features (gfx906:sramecc+:xnack- -> gfx9-generic:sramecc+:xnack-)
+                # and comgr ignores the one the generic processor lacks; dropping it keeps the query a valid
+                # target ID (clang-offload-bundler would reject it) with the same result.
+                features = tuple((n, on) for n, on in self.target.features if n in family.features)
+                result.append((GENERIC, f"{self.triple}--{TargetID(family.name, features)}"))
             if self.spirv:
                 result.append((JIT, f"{SPIRV_TRIPLE}--{SPIRV_PROCESSOR}"))
         return result
@@ -492,10 +496,11 @@ def _image(kind: str, triple: str, target: str, image_kind: str, origin: str, in
     return Image(entry_id, kind, triple, target, image_kind, origin, index, reqs, cov)
 
 
-def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19) -> list[Module]:
+def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19, display: str | None = None) -> list[Module]:
     """Every registration unit of device images in the file at ``path`` (host entries are left out).
 
-    Uses :func:`offload_builders.formats.inspect.inspect_file`, so it reads whatever offload-inspect reads;
+    ``display`` names the file in origins instead of ``path``. Uses
+    :func:`offload_builders.formats.inspect.inspect_file`, so it reads whatever offload-inspect reads;
     malformed content raises :class:`~offload_builders.errors.OffloadFormatError`.
     """
     from offload_builders.formats.inspect import inspect_file
@@ -503,7 +508,7 @@ def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19) -> list[
     fspath = os.fspath(path)
     groups: dict[tuple[Any, ...], list[Image]] = {}
     origins: dict[tuple[Any, ...], str] = {}
-    with inspect_file(fspath, llvm_version=llvm_version) as inspection:
+    with inspect_file(fspath, llvm_version=llvm_version, display=display) as inspection:
         for p in inspection.payloads:
             place = (p.file, p.members, p.section, p.symbol)
             if p.format == "offload binary":
