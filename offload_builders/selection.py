@@ -34,15 +34,13 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from offload_builders.errors import OffloadError, TargetIDError
 from offload_builders.formats.bundle_id import TripleKey, split_triple
 from offload_builders.targets import (
     AMDGPU_TRIPLE,
-    HOST_CPU_TRIPLE,
-    NVPTX_TRIPLE,
     TargetID,
     amdgpu_processor,
     generic_processor,
@@ -52,6 +50,7 @@ from offload_builders.targets import (
 __all__ = [
     "ALL_CODE_OBJECT_VERSIONS",
     "Device",
+    "FileSelection",
     "Image",
     "Module",
     "Requirement",
@@ -60,6 +59,7 @@ __all__ = [
     "Verdict",
     "check_deployment",
     "image_requirements",
+    "judge",
     "modules_in",
     "parse_capability",
     "parse_device",
@@ -204,8 +204,6 @@ def parse_capability(text: str, device: Device) -> Device:
     """Add one capability to ``device``: ``cov5`` (the loader takes code object v5; the first ``covN`` replaces
     the default set), ``spirv``/``no-spirv``, ``ptx-jit``/``no-ptx-jit``, ``hip``/``openmp``/``cuda`` (the first
     one replaces the default "any runtime"), or ``NAME=VALUE`` for a requirement of any other name."""
-    from dataclasses import replace
-
     tag = text.strip()
     if match := re.fullmatch(r"cov(\d+)", tag):
         versions = device.code_object_versions if device.code_object_versions != ALL_CODE_OBJECT_VERSIONS else frozenset()

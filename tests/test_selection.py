@@ -29,7 +29,6 @@ from offload_builders.selection import (
     NATIVE,
     Device,
     Image,
-    Module,
     Requirement,
     SelectionError,
     check_deployment,
@@ -418,6 +417,9 @@ def built(tmp_path_factory: pytest.TempPathFactory, llvm19, cuda) -> Path:
         )]:
             future.result()
     _sh([cxx, "-shared", *lld, "hip.o", "hip2.o", "-o", "libtwo.so"], d)
+    for name in ("hip.o", "hipc.o"):  # the fat binaries themselves, for the bundler
+        _sh([llvm19("llvm-objcopy"), "--dump-section", f".hip_fatbin={name}.fatbin", name, f"{name}.stripped"], d)
+    (d / "truncated.fatbin").write_bytes((d / "hip.o.fatbin").read_bytes()[:200])
     return d
 
 
@@ -437,9 +439,8 @@ def test_real_hip_fat_objects(built: Path, llvm19) -> None:
     (image,) = [i for m in modules_in(built / "hipc.o") for i in m.images if i.target_id == "gfx942"]
     assert image.code_object_version == 5 and "cov5" in [str(r) for r in image.requirements]
     # and the real bundler, asked for the same devices on the extracted .hip_fatbin, extracts the same entries
-    objcopy, bundler = llvm19("llvm-objcopy"), llvm19("clang-offload-bundler")
+    bundler = llvm19("clang-offload-bundler")
     for name in ("hip.o", "hipc.o"):
-        _sh([objcopy, "--dump-section", f".hip_fatbin={name}.fatbin", name, f"{name}.stripped"], built)
         for device, want in (("gfx942:sramecc+:xnack-", "gfx942"), ("gfx90a:sramecc-:xnack+", "gfx90a:xnack+")):
             out = built / f"{name}.{want}.co"
             _sh([bundler, "-unbundle", "-type=o", f"-targets=hipv4-{AMD}-{device}", f"-input={name}.fatbin",
@@ -488,3 +489,99 @@ def test_check_deployment(built: Path) -> None:
     assert "no device images" in problem
     with pytest.raises(SelectionError):
         check_deployment(built / "hip.o", ["gfx42"])
+
+
+# --------------------------------------------------------------------------------------------------
+# offload-select
+
+
+def _select_cli(*args: object, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "offload_builders.cli.select", *map(str, args)], input=stdin,
+                          capture_output=True, text=stdin is None)
+
+
+def test_cli_prints_the_chosen_entry(built: Path) -> None:
+    result = _select_cli("--device", "gfx90a:sramecc+:xnack+", built / "hipc.o")
+    assert (result.returncode, result.stdout, result.stderr) == (0, hip("gfx90a:xnack+") + "\n", "")
+    result = _select_cli("--device=amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-", built / "omp.out")
+    assert (result.returncode, result.stdout) == (0, "openmp-amdgcn-amd-amdhsa--gfx942\n")
+
+
+def test_cli_explains_why_nothing_fits(built: Path) -> None:
+    result = _select_cli("--device", "gfx90a:sramecc+:xnack-", built / "hip.o")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"offload-select: {built / 'hip.o'}: no image fits gfx90a:sramecc+:xnack-",
+        f"  {hip('gfx90a:xnack+')}: needs xnack+; the device has xnack-",
+        f"  {hip('gfx942')}: needs processor gfx942; the device is gfx90a (no generic family)",
+    ]
+    result = _select_cli("--device", "gfx942:sramecc+:xnack-", "--cov", "4", built / "hip.o")
+    assert result.returncode == 1
+    assert f"  {hip('gfx942')}: needs cov5 (code object version); the device's loader supports cov4" in \
+        result.stderr.splitlines()
+
+
+def test_cli_several_devices_and_modules(built: Path) -> None:
+    result = _select_cli("--device", "gfx942:sramecc+:xnack-", "--device", "gfx90a:sramecc+:xnack+",
+                         built / "libtwo.so")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and all(line.endswith(hip("gfx942")) for line in lines[:2])
+    assert lines[0].startswith("gfx942:sramecc+:xnack-: ") and ": bundle 0: " in lines[0] and ": bundle 1: " in lines[1]
+    assert lines[2].startswith("gfx90a:sramecc+:xnack+: ") and lines[2].endswith(hip("gfx90a:xnack+"))
+    assert "bundle 1: no image fits gfx90a:sramecc+:xnack+" in result.stderr
+
+
+def test_cli_json(built: Path) -> None:
+    import json
+
+    result = _select_cli("--json", "--device", "gfx1035", "--device-cap", "cov5,no-spirv", built / "gen.o")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["ok"] is False
+    (res,) = data["results"]
+    assert res["device"]["code_object_versions"] == [5] and res["device"]["spirv"] is False
+    (module,) = res["modules"]
+    assert module["chosen"] is None
+    generic = next(i for i in module["images"] if i["target_id"] == "gfx10-3-generic")
+    assert generic["code_object_version"] == 6 and generic["unmet"][0].startswith("needs cov6")
+    data = json.loads(_select_cli("--json", "--device", "gfx1035", built / "gen.o").stdout)
+    assert data["ok"] and data["results"][0]["modules"][0]["chosen"]["entry_id"] == hip("gfx10-3-generic")
+    images = {i["target_id"]: i for i in data["results"][0]["modules"][0]["images"]}
+    assert images["gfx10-3-generic"]["tier"] == "generic" and images["gfx1030"]["fits"] is False
+
+
+def test_cli_reads_standard_input(built: Path) -> None:
+    result = _select_cli("--device", "gfx942:sramecc-:xnack-", "-", stdin=(built / "hipc.o").read_bytes())
+    assert (result.returncode, result.stdout) == (0, hip("gfx942").encode() + b"\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--device", "gfx9000", "FILE"), "invalid device 'gfx9000'"),
+    (("--device", "gfx90a:xnack", "FILE"), "has no '+' or '-' sign"),
+    (("--device", "gfx90a", "--device-cap", "cov", "FILE"), "unknown device capability 'cov'"),
+    (("--device", "gfx90a", "--cov", "four", "FILE"), "--cov: 'four'"),
+    (("FILE",), "no --device given"),
+    (("--device", "gfx90a"), "expected one input file, got 0"),
+    (("--device", "gfx90a", "--frobnicate", "FILE"), "unknown option '--frobnicate'"),
+    (("--device", "gfx90a", "MISSING"), "No such file or directory"),
+    (("--device", "gfx90a", "DIR"), "Is a directory"),
+    (("--device", "gfx90a", "TRUNCATED"), "truncated.fatbin: offset 0x28: entry 0"),
+    (("--device", "gfx90a", "--device"), "option --device requires a value"),
+])
+def test_cli_errors_are_one_line(built: Path, args: tuple[str, ...], message: str) -> None:
+    paths = {"FILE": built / "hip.o", "MISSING": built / "missing.o", "DIR": built,
+             "TRUNCATED": built / "truncated.fatbin"}
+    result = _select_cli(*(paths.get(a, a) for a in args))
+    assert result.returncode == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("offload-select: error: ") and message in line, line
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_help_and_version() -> None:
+    result = _select_cli("--help")
+    assert result.returncode == 0 and "--device-cap" in result.stdout
+    assert _select_cli("--version").stdout.startswith("offload-select (offload-builders ")
