@@ -10,7 +10,8 @@
 * an ``ar`` archive (GNU, BSD or thin; nested archives too): every member, recursively;
 * LLVM bitcode (a host object compiled with ``-flto``): each global named by the ``!llvm.embedded.objects``
   metadata with section string ``.llvm.offloading``, read through llvmlite (whose LLVM 22 reads the
-  bitcode Clang 19 writes), the initializer bytes parsed as binaries;
+  bitcode Clang 19 writes) in a child process, since damaged bitcode can make that LLVM abort, the
+  initializer bytes parsed as binaries;
 * anything else: nothing, and no error (as in LLVM).
 
 Binaries in files are never loaded: each result records its file and absolute offsets, and
@@ -22,11 +23,14 @@ Every malformed container ends in :class:`~offload_builders.errors.OffloadFormat
 """
 from __future__ import annotations
 
+import atexit
 import codecs
 import enum
 import os
 import re
 import struct
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -412,20 +416,216 @@ def _unescape_ir(text: str) -> bytes:
     return codecs.escape_decode(raw.replace(b"\\", b"\\x"))[0]  # type: ignore[no-any-return]
 
 
+# llvmlite's LLVM is built with assertions, and damaged bitcode that passes the reader's own checks can
+# fail one (``SmallVector`` index out of range, a flipped bit in a type table): ``abort()`` kills the
+# whole process, which no ``except`` can catch.  So bitcode is never parsed in our process: a child
+# Python parses it with llvmlite and sends back what we need (the printed module, or the archive symbol
+# names), and a child that dies becomes an OffloadFormatError.  No in-process fast path is kept: the
+# aborts come from bit flips deep inside structurally valid bitstreams (the cheap checks below cannot
+# rule them out), and the child costs about what the in-process path did, because importing llvmlite
+# (~40 ms) dominates both; the child adds one interpreter start-up (~20 ms) per process, since it
+# stays up and serves every later request (an archive of many -flto members starts it once).
+
+#: The child's program (standard library and llvmlite only, so it starts fast and needs no path set-up).
+#: Request: 1 byte ("M" printed module, "S" symbol names), u64 size, the bitcode; reply: u64 size, then
+#: ``marshal`` of ``(True, result)`` or ``(False, LLVM's error message)``.
+_BITCODE_CHILD = r"""
+import marshal, sys
+import llvmlite.binding as llvm
+source, sink = sys.stdin.buffer, sys.stdout.buffer
+sys.stdout = sys.stderr  # nothing but replies may reach the pipe
+local = (llvm.Linkage.internal, llvm.Linkage.private, llvm.Linkage.available_externally)
+
+def symbols(module):
+    # what LLVM's archive writer lists (ModuleSymbolTable): defined, non-local, not llvm.*
+    names = []
+    for value in list(module.functions) + list(module.global_variables):
+        if value.is_declaration or value.linkage in local or value.name.startswith("llvm."):
+            continue
+        if not value.is_function and 'section "llvm.metadata"' in str(value):
+            continue
+        names.append(value.name.removeprefix("\x01"))
+    return names
+
+while True:
+    head = source.read(9)
+    if len(head) < 9:
+        break
+    data = source.read(int.from_bytes(head[1:], "little"))
+    context = llvm.create_context()
+    try:
+        module = llvm.parse_bitcode(data, context=context)
+        try:
+            reply = (True, str(module) if head[:1] == b"M" else symbols(module))
+        finally:
+            module.close()
+    except Exception as exc:
+        reply = (False, " ".join(str(exc).split("\n")[1:] or [str(exc)]).strip())
+    finally:
+        context.close()
+    payload = marshal.dumps(reply)
+    sink.write(len(payload).to_bytes(8, "little") + payload)
+    sink.flush()
+"""
+
+#: Seconds a child may take over one bitcode file before it is killed (LLVM reads tens of MB/s).
+BITCODE_TIMEOUT = 300.0
+
+
+class _BitcodeChild:
+    """The child process that parses bitcode, started on first use and kept for the next request.
+
+    One per process (a forked process starts its own), requests serialized by a lock (SCons builds
+    with threads); it exits when our end of its standard input closes, at the latest when we exit.
+    """
+
+    _lock = threading.Lock()
+    _current: "_BitcodeChild | None" = None
+
+    def __init__(self) -> None:
+        import subprocess
+        import tempfile
+
+        if not sys.executable:
+            raise OSError("no Python interpreter (sys.executable is empty) to read LLVM bitcode with")
+        self.pid = os.getpid()
+        self.errors = tempfile.TemporaryFile()  # LLVM's assertion message, read only after a crash
+        self.process = subprocess.Popen([sys.executable, "-c", _BITCODE_CHILD], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.errors, close_fds=True)
+
+    @classmethod
+    def request(cls, op: bytes, data: bytes) -> tuple[bool, Any]:
+        """``(True, result)``, ``(False, LLVM's message)``; raises ``_ChildDied`` with the reason."""
+        with cls._lock:
+            child = cls._current
+            if child is None or child.pid != os.getpid() or child.process.poll() is not None:
+                child = cls._current = cls()
+            try:
+                return child._exchange(op, data)
+            except _ChildDied:
+                cls._current = None
+                child.close()
+                raise
+
+    def _exchange(self, op: bytes, data: bytes) -> tuple[bool, Any]:
+        import marshal
+
+        assert self.process.stdin is not None and self.process.stdout is not None
+        try:
+            self.process.stdin.write(op + len(data).to_bytes(8, "little"))
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise self._death() from None
+        head = self._read(8)
+        reply = marshal.loads(self._read(int.from_bytes(head, "little")))
+        return bool(reply[0]), reply[1]
+
+    def _read(self, count: int) -> bytes:
+        import select
+
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        chunks: list[bytes] = []
+        while count:
+            ready, _, _ = select.select([fd], [], [], BITCODE_TIMEOUT)
+            if not ready:
+                self.process.kill()
+                raise _ChildDied(f"LLVM did not finish reading it in {BITCODE_TIMEOUT:g} s", crashed=True)
+            chunk = os.read(fd, min(count, 1 << 20))
+            if not chunk:
+                raise self._death()
+            chunks.append(chunk)
+            count -= len(chunk)
+        return b"".join(chunks)
+
+    def _death(self) -> _ChildDied:
+        """Why the child stopped: the signal, and LLVM's last message (its assertion) if it wrote one."""
+        import signal
+
+        status = self.process.wait()
+        self.errors.seek(0)
+        lines = [line.strip() for line in self.errors.read()[-4096:].decode("utf-8", "replace").splitlines()]
+        lines = [line for line in lines if line and not line.startswith(("#", "Stack dump", "0x"))]
+        if status < 0:
+            try:
+                how = f"LLVM crashed ({signal.Signals(-status).name})"
+            except ValueError:
+                how = f"LLVM crashed (signal {-status})"
+        else:  # not the bitcode's fault: llvmlite missing, out of memory, ...
+            how = f"the bitcode reader ({sys.executable} with llvmlite) exited with status {status}"
+        # "python3: <path>/SmallVector.h:297: <signature>: Assertion `idx < size()' failed."
+        last = next((line[line.index("Assertion"):] for line in reversed(lines) if "Assertion" in line),
+                    lines[-1] if lines else "")
+        return _ChildDied(f"{how}: {last}" if last else how, crashed=status < 0)
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            self.process.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - a child that ignores end of input is killed
+            self.process.kill()
+            self.process.wait()
+        self.errors.close()
+
+    @classmethod
+    def shutdown(cls) -> None:
+        with cls._lock:
+            child, cls._current = cls._current, None
+        if child is not None and child.pid == os.getpid():
+            child.close()
+
+
+atexit.register(_BitcodeChild.shutdown)
+
+
+class _ChildDied(Exception):
+    """The bitcode child stopped without replying; the message says why.  ``crashed``: LLVM died on the
+    input (a signal, or our time limit), rather than the child failing to start or run at all."""
+
+    def __init__(self, message: str, *, crashed: bool) -> None:
+        super().__init__(message)
+        self.crashed = crashed
+
+
+def _check_bitcode_framing(data: bytes, label: str, offset: int) -> None:
+    """What can be checked without LLVM: the wrapper header's bounds and the bitcode magic after it."""
+    start = 0
+    if data.startswith(_BC_WRAPPER_MAGIC):
+        if len(data) < 20:
+            raise OffloadFormatError(f"malformed LLVM bitcode: the wrapper header needs 20 bytes, the file has "
+                                     f"{len(data)}", path=label, offset=offset)
+        start, size = struct.unpack_from("<II", data, 8)
+        if start + size > len(data):
+            raise OffloadFormatError(f"malformed LLVM bitcode: the wrapper header puts the bitcode at "
+                                     f"[{start:#x}, {start + size:#x}), past the end ({len(data):#x} bytes)",
+                                     path=label, offset=offset + 8)
+    if data[start:start + 4] != _BC_MAGIC:
+        raise OffloadFormatError("malformed LLVM bitcode: no 'BC' 0xC0DE magic", path=label, offset=offset + start)
+
+
+def _read_bitcode(what: str, data: bytes, label: str, offset: int | None) -> Any:
+    """The printed module (``what="module"``) or its symbol names (``"symbols"``), read in the child."""
+    _check_bitcode_framing(data, label, offset or 0)
+    try:
+        ok, result = _BitcodeChild.request(b"M" if what == "module" else b"S", data)
+    except _ChildDied as exc:
+        kind = "malformed LLVM bitcode" if exc.crashed else "cannot read LLVM bitcode"
+        raise OffloadFormatError(f"{kind}: {exc}", path=label, offset=offset) from None
+    if not ok:
+        raise OffloadFormatError(f"malformed LLVM bitcode: {result}", path=label, offset=offset)
+    return result
+
+
 def _embedded_objects(data: bytes, label: str, offset: int) -> list[tuple[str, bytes]]:
     """``(global name, initializer bytes)`` for each ``!llvm.embedded.objects`` entry naming
     ``.llvm.offloading``, skipping what LLVM's ``extractFromBitcode`` skips."""
-    import llvmlite.binding as llvm  # imported lazily: loading LLVM costs ~0.1 s
-
-    try:
-        context = llvm.create_context()
-        module = llvm.parse_bitcode(data, context=context)
-    except Exception as exc:  # llvmlite raises RuntimeError with LLVM's message
-        raise OffloadFormatError(f"cannot read LLVM bitcode: {str(exc).strip()}", path=label, offset=offset) from None
-    try:
-        text = str(module)
-    finally:
-        module.close()
+    text = _read_bitcode("module", data, label, offset)
     named = _NAMED_MD.search(text)
     if named is None:
         return []
@@ -573,28 +773,8 @@ def _elf_symbols(member: ArchiveMember) -> list[bytes]:
 
 
 def _bitcode_symbols(data: bytes, name: str) -> list[bytes]:
-    import llvmlite.binding as llvm
-
-    try:
-        context = llvm.create_context()
-        module = llvm.parse_bitcode(data, context=context)
-    except Exception as exc:
-        raise OffloadFormatError(f"cannot read LLVM bitcode: {str(exc).strip()}", path=name) from None
-    local = {llvm.Linkage.internal, llvm.Linkage.private}
-    try:
-        names: list[bytes] = []
-        for value in list(module.functions) + list(module.global_variables):
-            if value.is_declaration or value.linkage in local or value.linkage == llvm.Linkage.available_externally:
-                continue
-            symbol = value.name
-            if symbol.startswith("llvm."):
-                continue
-            if not value.is_function and 'section "llvm.metadata"' in str(value):
-                continue
-            names.append(symbol.removeprefix("\x01").encode("utf-8", "surrogateescape"))
-        return names
-    finally:
-        module.close()
+    names: list[str] = _read_bitcode("symbols", data, name, None)
+    return [symbol.encode("utf-8", "surrogateescape") for symbol in names]
 
 
 def write_archive(members: Sequence[ArchiveMember], output: str | os.PathLike[str]) -> None:
