@@ -390,6 +390,14 @@ int main() {
 """
 
 
+CUDA_SOURCE = """\
+struct dim3 { unsigned x, y, z; };
+typedef struct CUstream_st *cudaStream_t;
+extern "C" int cudaLaunchKernel(const void *, dim3, dim3, void **, unsigned long, cudaStream_t);
+__attribute__((global)) void k(int *p) { p[0] = 1; }
+"""
+
+
 def _sh(cmd: list[object], cwd: Path) -> None:
     result = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
     assert result.returncode == 0, (cmd, result.stderr)
@@ -420,6 +428,13 @@ def built(tmp_path_factory: pytest.TempPathFactory, llvm19, cuda) -> Path:
     for name in ("hip.o", "hipc.o"):  # the fat binaries themselves, for the bundler
         _sh([llvm19("llvm-objcopy"), "--dump-section", f".hip_fatbin={name}.fatbin", name, f"{name}.stripped"], d)
     (d / "truncated.fatbin").write_bytes((d / "hip.o.fatbin").read_bytes()[:200])
+    # an NVIDIA fat binary with a cubin and PTX for sm_80 (the CUDA runtime's choice between them)
+    (d / "k.cu").write_text(CUDA_SOURCE)
+    _sh([cxx, "-x", "cuda", "--cuda-device-only", "--offload-arch=sm_80", "-nocudalib", "-nocudainc", "-S",
+         "-Wno-unknown-cuda-version", "k.cu", "-o", "k.ptx"], d)
+    _sh([cuda("ptxas"), "-arch=sm_80", "k.ptx", "-o", "k.cubin"], d)
+    _sh([cuda("fatbinary"), "--create=k.fatbin", "--image3=kind=elf,sm=80,file=k.cubin",
+         "--image3=kind=ptx,sm=80,file=k.ptx"], d)
     return d
 
 
@@ -468,6 +483,14 @@ def test_real_openmp_objects_and_executables(built: Path) -> None:
     assert _chosen(built / "omp.out", "gfx942:sramecc-:xnack-") == ["openmp-amdgcn-amd-amdhsa--gfx942"]
     assert _chosen(built / "omp.out", "sm_90a") == ["openmp-nvptx64-nvidia-cuda--sm_90"]
     assert _chosen(built / "omp.out", "gfx942", "hip") == [None]  # an OpenMP image needs the OpenMP runtime
+
+
+def test_real_nvidia_fat_binary(built: Path) -> None:
+    """Cubin first (same major, minor not above the device's), then PTX JIT for newer devices."""
+    assert _chosen(built / "k.fatbin", "sm_86") == ["cuda-nvptx64-nvidia-cuda--sm_80"]
+    assert _chosen(built / "k.fatbin", "sm_90") == ["cuda-nvptx64-nvidia-cuda--compute_80"]
+    assert _chosen(built / "k.fatbin", "sm_90", "no-ptx-jit") == [None]
+    assert _chosen(built / "k.fatbin", "sm_75") == [None]
 
 
 def test_every_linked_fat_binary_needs_an_image(built: Path) -> None:
