@@ -1,0 +1,307 @@
+"""The HIP model of the SCons tool against the real Clang 19: the check is the bytes.
+
+* ``.hip_fatbin`` (and in fact the whole object) of every object our nodes build for sample_project/hip
+  is byte-identical to ``clang++ -x hip --offload-arch=... -cuid=... -c`` in one command, plain and
+  compressed; ``-fgpu-rdc`` objects are identical to the new driver's.
+* Incrementality is counted in commands (the sample's COMSTR labels): adding ``gfx90a:xnack-`` compiles
+  and links one code object per source and nothing else device-side.
+* Code objects carry the ELF flags of their target ID's features; a conflicting target list stops the
+  build before anything compiles.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from offload_builders.formats.compressed import FileRegion, decompress_to, read_header
+from offload_builders.hip_phases import HOST_PROBE_TARGET, PROBE_CUID, HipPhaseModel, _probe
+from offload_builders.scons.hip import default_cuid
+from offload_builders.targets import parse_offload_archs, parse_target_id
+from offload_builders.toolchain import find_toolchain
+
+pytestmark = pytest.mark.slow
+
+SCONS = str(Path(sys.executable).with_name("scons"))
+SOURCES = ("saxpy", "stencil")
+BASE_ARCHS = "gfx90a:xnack+,gfx942"
+#: What sample_project/hip/SConstruct passes to every compile (its OFFLOAD_FLAGS, CPPPATH and the
+#: $OFFLOAD_HIP_FLAGS default), for the one-command reference compiles.
+SAMPLE_FLAGS = ("-O2", "-Iinclude", "-nogpulib", "-nogpuinc")
+#: The sample's COMSTR labels -> phase.
+LABELS = {"device compile": "DEVICE", "device link": "DEVICELINK", "fat binary": "BUNDLE",
+          "offload binary": "PACKAGE", "host compile": "HOST", "archive": "AR"}
+
+#: EF_AMDGPU_MACH_* values (llvm/include/llvm/BinaryFormat/ELF.h) and the v4 feature fields.
+MACH = {"gfx906": 0x2F, "gfx908": 0x30, "gfx90a": 0x3F, "gfx942": 0x4C}
+FEATURE_SETTING = {0x1: None, 0x2: False, 0x3: True}  # EF_AMDGPU_FEATURE_*_{ANY,OFF,ON}_V4, shifted down
+
+
+@dataclass
+class Build:
+    returncode: int
+    output: str
+
+    @property
+    def commands(self) -> list[tuple[str, str]]:
+        found = []
+        for line in self.output.splitlines():
+            label, sep, target = line.partition(": ")
+            phase = LABELS.get(label.split(" [")[0])
+            if sep and phase:
+                found.append((phase, target.strip()))
+        return found
+
+    @property
+    def by_phase(self) -> collections.Counter:
+        return collections.Counter(phase for phase, _ in self.commands)
+
+
+class Sample:
+    """A copy of sample_project/hip, built with scons as a user runs it."""
+
+    def __init__(self, root: Path) -> None:
+        shutil.copytree(REPO_ROOT / "sample_project" / "hip", root,
+                        ignore=shutil.ignore_patterns("build", ".sconsign*"))
+        self.root = root
+
+    def scons(self, *args: str, check: bool = True) -> Build:
+        done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True)
+        build = Build(done.returncode, done.stdout + done.stderr)
+        if check:
+            assert done.returncode == 0, build.output
+        return build
+
+    def obj(self, stem: str) -> Path:
+        return self.root / "build" / f"{stem}.o"
+
+    def reference(self, stem: str, archs: str, *flags: str) -> Path:
+        """The object ``clang++`` builds in one command with the same sources, flags and -cuid."""
+        out = self.root / f"{stem}.reference.o"
+        cuid = default_cuid(f"src/{stem}.hip")
+        argv = [str(find_toolchain().clangxx), "-x", "hip", *SAMPLE_FLAGS, *flags,
+                *(f"--offload-arch={tid}" for tid in archs.split(",")), f"-cuid={cuid}",
+                "-c", f"src/{stem}.hip", "-o", str(out)]
+        subprocess.run(argv, cwd=self.root, check=True, capture_output=True)
+        return out
+
+
+def _section(llvm19, obj: Path, name: str) -> bytes:
+    dumped = obj.with_name(obj.name + name + ".bin")
+    subprocess.run([str(llvm19("llvm-objcopy")), f"--dump-section={name}={dumped}", str(obj), os.devnull],
+                   check=True, capture_output=True)
+    return dumped.read_bytes()
+
+
+def _e_flags(code_object: Path) -> tuple[int, int, int]:
+    """(e_flags, EI_OSABI, EI_ABIVERSION) of an ELF64 little-endian file."""
+    data = code_object.read_bytes()[:64]
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+    return struct.unpack_from("<I", data, 48)[0], data[7], data[8]
+
+
+@pytest.fixture
+def sample(tmp_path) -> Sample:
+    return Sample(tmp_path / "hip")
+
+
+# --------------------------------------------------------------------------------------------------
+# Differential: our nodes' bytes against clang++ in one command
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("compress", [None, "--offload-compress", "--offload-compression-level=9"],
+                         ids=["plain", "compressed", "compressed-level9"])
+def test_hip_fatbin_is_identical_to_one_command_clang(sample, llvm19, compress):
+    archs = "gfx90a:xnack+,gfx90a:xnack-,gfx942"
+    flags = () if compress is None else ("--offload-compress",) if compress == "--offload-compress" \
+        else ("--offload-compress", compress)
+    sample.scons(f"offload_archs={archs}", f"flags={' '.join(flags)}")
+    for stem in SOURCES:
+        ours, reference = sample.obj(stem), sample.reference(stem, archs, *flags)
+        fatbin = _section(llvm19, ours, ".hip_fatbin")
+        assert fatbin == _section(llvm19, reference, ".hip_fatbin")
+        assert fatbin[:4] == (b"__CL" if compress is None else b"CCOB")
+        assert fatbin == (sample.root / "build" / f"{stem}.hipfb").read_bytes()
+        # Stronger than asked, and true: the host compile is the driver's too, so the objects are equal.
+        assert ours.read_bytes() == reference.read_bytes()
+    listed = subprocess.run([str(llvm19("clang-offload-bundler")), "-list", "-type=o",
+                             f"-input={sample.root / 'build' / 'saxpy.hipfb'}"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    assert sorted(listed) == ["hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-",
+                              "hipv4-amdgcn-amd-amdhsa--gfx942", "host-x86_64-unknown-linux--"]
+
+
+def test_offload_hip_compress_writes_version_2_like_clang_and_version_3_on_request(sample, llvm19, llvm22):
+    """Clang 19 writes only CCOB v2 (it ignores COMPRESSED_BUNDLE_FORMAT_VERSION); v3 must hold the
+    same zstd stream behind the wider header, and Clang 22's bundler must read it."""
+    sample.scons(f"offload_archs={BASE_ARCHS}", "compress=2")
+    v2 = {stem: _section(llvm19, sample.obj(stem), ".hip_fatbin") for stem in SOURCES}
+    for stem in SOURCES:
+        assert v2[stem] == _section(llvm19, sample.reference(stem, BASE_ARCHS, "--offload-compress"), ".hip_fatbin")
+    third = sample.scons(f"offload_archs={BASE_ARCHS}", "compress=3")
+    assert third.by_phase == {"BUNDLE": 2, "HOST": 2, "AR": 1}  # the format is in the bundle's signature
+    plain = {stem: _section(llvm19, sample.reference(stem, BASE_ARCHS), ".hip_fatbin") for stem in SOURCES}
+    for stem in SOURCES:
+        path = sample.root / "build" / f"{stem}.hipfb"
+        v3 = path.read_bytes()
+        assert _section(llvm19, sample.obj(stem), ".hip_fatbin") == v3
+        with open(path, "rb") as f:
+            region = FileRegion(f.fileno(), 0, len(v3))
+            header = read_header(region)
+            assert (header.version, header.total_size, header.uncompressed_size) == (3, len(v3), len(plain[stem]))
+            out = sample.root / f"{stem}.decompressed"
+            with open(out, "wb") as sink:
+                decompress_to(region, sink)
+        assert out.read_bytes() == plain[stem]
+        assert v3[32:] == v2[stem][24:]  # the same compressed stream as Clang 19's
+        assert v3[24:32] == v2[stem][16:24]  # and the same MD5 prefix
+        unbundled = sample.root / f"{stem}.gfx942.co"
+        subprocess.run([str(llvm22("clang-offload-bundler")), "-unbundle", "-type=o", f"-input={path}",
+                        "-targets=hipv4-amdgcn-amd-amdhsa--gfx942", f"-output={unbundled}"], check=True)
+        assert unbundled.read_bytes() == (sample.root / "build" / f"{stem}.gfx942.hsaco").read_bytes()
+
+
+def test_rdc_objects_are_identical_to_the_new_driver(sample, llvm19):
+    sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1")
+    for stem in SOURCES:
+        ours = sample.obj(stem)
+        reference = sample.reference(stem, BASE_ARCHS, "-fgpu-rdc", "--offload-new-driver")
+        assert _section(llvm19, ours, ".llvm.offloading") == _section(llvm19, reference, ".llvm.offloading")
+        assert ours.read_bytes() == reference.read_bytes()
+        listing = subprocess.run([str(llvm19("llvm-objdump")), "--offloading", str(ours)],
+                                 check=True, capture_output=True, text=True).stdout
+        assert listing.count("producer        hip") == 2 and listing.count("kind            llvm ir") == 2
+        assert "arch            gfx90a:xnack+" in listing and "arch            gfx942" in listing
+    adding = sample.scons("offload_archs=gfx90a:xnack+,gfx90a:xnack-,gfx942", "rdc=1")
+    assert adding.by_phase == {"DEVICE": 2, "PACKAGE": 2, "HOST": 2, "AR": 1}
+    assert all("xnack-" in target for phase, target in adding.commands if phase == "DEVICE")
+
+
+# --------------------------------------------------------------------------------------------------
+# Incrementality, counted in commands
+# --------------------------------------------------------------------------------------------------
+def test_adding_a_target_id_compiles_one_code_object_per_source(sample):
+    first = sample.scons(f"offload_archs={BASE_ARCHS}")
+    assert first.by_phase == {"DEVICE": 4, "DEVICELINK": 4, "BUNDLE": 2, "HOST": 2, "AR": 1}
+    assert sample.scons(f"offload_archs={BASE_ARCHS}").commands == []
+
+    added = sample.scons("offload_archs=gfx90a:xnack+,gfx90a:xnack-,gfx942")
+    assert added.by_phase == {"DEVICE": 2, "DEVICELINK": 2, "BUNDLE": 2, "HOST": 2, "AR": 1}
+    device_side = [target for phase, target in added.commands if phase in ("DEVICE", "DEVICELINK")]
+    assert sorted(device_side) == ["build/saxpy.gfx90a_xnack-.dev.o", "build/saxpy.gfx90a_xnack-.hsaco",
+                                   "build/stencil.gfx90a_xnack-.dev.o", "build/stencil.gfx90a_xnack-.hsaco"]
+
+    # The list's spelling and order do not matter; going back needs no device work at all.
+    assert sample.scons("offload_archs=gfx942,gfx90a:xnack-,gfx90a:xnack+").commands == []
+    removed = sample.scons(f"offload_archs={BASE_ARCHS}")
+    assert removed.by_phase == {"BUNDLE": 2, "HOST": 2, "AR": 1}
+
+
+def test_the_cuid_is_pinned_per_source_and_can_be_set(sample, tmp_path):
+    """The default CUID depends on the source path only; $OFFLOAD_HIP_CUID replaces it everywhere."""
+    sample.scons(f"offload_archs={BASE_ARCHS}")
+    symbols = subprocess.run([str(find_toolchain().bin_dir / "llvm-nm"), str(sample.obj("saxpy"))],
+                             check=True, capture_output=True, text=True).stdout
+    cuid_symbols = [line.split()[-1] for line in symbols.splitlines() if "__hip_cuid_" in line]
+    assert len(cuid_symbols) == 1
+    assert default_cuid("src/saxpy.hip") != default_cuid("src/stencil.hip")
+    assert default_cuid("src/saxpy.hip") == default_cuid(os.path.join("src", "saxpy.hip"))
+
+    sconstruct = sample.root / "SConstruct"
+    sconstruct.write_text(sconstruct.read_text().replace(
+        'OFFLOAD_MODEL="hip",', 'OFFLOAD_MODEL="hip", OFFLOAD_HIP_CUID=ARGUMENTS.get("cuid", "$_OFFLOAD_HIP_DEFAULT_CUID"),'))
+    assert sample.scons(f"offload_archs={BASE_ARCHS}").commands == []  # spelling the default changes nothing
+    fixed = sample.scons(f"offload_archs={BASE_ARCHS}", "cuid=${SOURCE.filebase}_v1")
+    assert fixed.by_phase == {"DEVICE": 4, "DEVICELINK": 4, "BUNDLE": 2, "HOST": 2, "AR": 1}
+    reference = sample.root / "fixed.o"
+    subprocess.run([str(find_toolchain().clangxx), "-x", "hip", *SAMPLE_FLAGS, "--offload-arch=gfx90a:xnack+",
+                    "--offload-arch=gfx942", "-cuid=saxpy_v1", "-c", "src/saxpy.hip", "-o", str(reference)],
+                   cwd=sample.root, check=True)
+    assert sample.obj("saxpy").read_bytes() == reference.read_bytes()
+
+    bad = sample.scons(f"offload_archs={BASE_ARCHS}", "cuid=a b", check=False)
+    assert bad.returncode != 0 and "is not a CUID" in bad.output and bad.commands == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Target-ID features end to end
+# --------------------------------------------------------------------------------------------------
+def test_code_objects_carry_the_target_id_features_in_their_elf_flags(sample, llvm19):
+    archs = "gfx90a:xnack+,gfx90a:xnack-,gfx942,gfx908:sramecc+,gfx908:sramecc-,gfx906:sramecc-:xnack+"
+    sample.scons(f"offload_archs={archs}", "build/saxpy.o")
+    for tid in parse_offload_archs(archs):
+        e_flags, osabi, abiversion = _e_flags(sample.root / "build" / f"saxpy.{tid.file_token}.hsaco")
+        assert (osabi, abiversion) == (64, 3)  # ELFOSABI_AMDGPU_HSA, code object v5 (Clang 19's default)
+        assert e_flags & 0xFF == MACH[tid.processor], tid
+        assert FEATURE_SETTING[(e_flags >> 8) & 0x3] is tid.feature("xnack"), (tid, hex(e_flags))
+        assert FEATURE_SETTING[(e_flags >> 10) & 0x3] is tid.feature("sramecc"), (tid, hex(e_flags))
+    # Spot values from the reference (gfx90a:xnack+ is 0x73F) and the bundle's entry IDs.
+    assert _e_flags(sample.root / "build" / "saxpy.gfx90a_xnack+.hsaco")[0] == 0x73F
+    listed = subprocess.run([str(llvm19("clang-offload-bundler")), "-list", "-type=o",
+                             f"-input={sample.root / 'build' / 'saxpy.hipfb'}"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    assert "hipv4-amdgcn-amd-amdhsa--gfx906:sramecc-:xnack+" in listed
+    assert "hipv4-amdgcn-amd-amdhsa--gfx908:sramecc-" in listed
+
+
+@pytest.mark.parametrize("archs, message", [
+    ("gfx90a,gfx90a:xnack+", "conflicting offload target IDs 'gfx90a' and 'gfx90a:xnack+'"),
+    # Clang 19 accepts this pair (its check is asymmetric); the documented rule rejects it.
+    ("gfx908:sramecc+:xnack+,gfx908:xnack+", "conflicting offload target IDs"),
+    ("gfx90a:xnack", "has no '+' or '-' sign"),
+    ("gfx1030:xnack+", "does not support target-ID feature 'xnack'"),
+    ("gfx90a,sm_90", "HIP offload targets must be AMDGPU processors"),
+])
+def test_bad_target_lists_stop_the_build_before_any_compile(sample, archs, message):
+    build = sample.scons(f"offload_archs={archs}", check=False)
+    assert build.returncode != 0
+    assert message in build.output
+    assert build.commands == []
+    assert not (sample.root / "build").exists() or not any((sample.root / "build").iterdir())
+
+
+def test_linking_rdc_objects_is_refused_until_the_linker_wrapper_drives_it(tmp_path):
+    root = tmp_path / "rdc"
+    shutil.copytree(REPO_ROOT / "sample_project" / "hip", root, ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    (root / "src" / "SConscript").write_text(textwrap.dedent("""
+        Import("env")
+        env.OffloadProgram("prog", ["saxpy.hip"])
+    """))
+    done = subprocess.run([SCONS, "-Q", "rdc=1"], cwd=root, capture_output=True, text=True)
+    assert done.returncode != 0 and "needs the offload linker wrapper" in done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# The phase model's two assumptions, against the driver
+# --------------------------------------------------------------------------------------------------
+def _without_temporaries(job) -> list[str]:
+    scratch = tempfile.gettempdir() + os.sep
+    return [arg for arg in job if not arg.startswith(scratch) and "offload-hip-probe-" not in arg]
+
+
+def test_one_targets_jobs_do_not_depend_on_the_other_targets(tmp_path):
+    model = HipPhaseModel(find_toolchain(), tmp_path)
+    flags = ("-O2", "-nogpulib", "-nogpuinc")
+    targets = parse_offload_archs("gfx90a:xnack+,gfx90a:xnack-,gfx942")
+    together = _probe(model.driver, (*flags, *(f"--offload-arch={t}" for t in targets), f"-cuid={PROBE_CUID}"),
+                      model.cwd)
+    device_jobs = [list(job) for job in together if "-fcuda-is-device" in job]
+    assert len(device_jobs) == len(targets)
+    for tid in targets:
+        alone = model.device_steps(tid, flags)
+        matching = [job for job in device_jobs
+                    if alone.compile.render(source=job[-1], main_file_name=os.path.basename(job[-1]), cuid=PROBE_CUID,
+                                            output=job[job.index("-o") + 1]) == job]
+        assert len(matching) == 1, tid
+    # The host job is the same whichever target was probed.
+    hosts = {tuple(_without_temporaries(model._jobs(parse_target_id(t), flags)[-1])) for t in ("gfx908", "gfx1030", str(HOST_PROBE_TARGET))}
+    assert len(hosts) == 1
