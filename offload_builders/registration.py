@@ -124,12 +124,16 @@ def _entry_section(kind: str, layout: int) -> str:
     return "llvm_offload_entries" if layout >= 21 else f"{'omp' if kind == OPENMP else kind}_offloading_entries"
 
 
+_NON_ELF_OS: Final = ("darwin", "macos", "ios", "tvos", "watchos", "xros", "driverkit", "windows", "win32",
+                       "mingw", "cygwin", "uefi")
+
+
 def _check_host_triple(host_triple: str) -> str:
     if not isinstance(host_triple, str) or not host_triple or host_triple.count("-") < 1:
         raise OffloadError(f"invalid host triple {host_triple!r}")
-    lowered = host_triple.lower()
-    if any(word in lowered for word in ("apple", "darwin", "macos", "ios", "windows", "win32", "mingw",
-                                        "cygwin", "msvc", "coff")):
+    parts = host_triple.lower().split("-")
+    if ("apple" in parts[1:2] or any(p.startswith(_NON_ELF_OS) for p in parts[1:])
+            or any(p in ("msvc", "coff", "macho") for p in parts[2:])):
         raise OffloadError(f"host triple {host_triple!r} is not an ELF target: only ELF hosts are supported "
                            "(Mach-O and COFF use other section names)")
     return host_triple

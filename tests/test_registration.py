@@ -326,6 +326,14 @@ def image_binaries(build: OmpBuild) -> list[bytes]:
 
 def test_entry_layout_switches_at_llvm_21() -> None:
     assert [reg.entry_layout(v) for v in (19, 20, 21, 22, 23)] == [19, 19, 21, 21, 21]
+    # The entry sizes the runtimes walk the tables with: 32 bytes (19/20), 56 bytes (21+), x86_64 data layout.
+    llvm.initialize_all_targets()
+    machine = llvm.Target.from_triple(X86).create_target_machine(reloc="pic", codemodel="default")
+    for version, size in ((19, 32), (20, 32), (21, 56), (22, 56)):
+        for module in (reg.openmp_module([], llvm_version=version), reg.cuda_module(reg.NV_FATBIN_MAGIC,
+                                                                                  llvm_version=version)):
+            parsed = llvm.parse_assembly(str(module), context=llvm.create_context())
+            assert machine.target_data.get_abi_size(parsed.get_struct_type("struct.__tgt_offload_entry")) == size
     for bad in (18, 15, "19", True, None):
         with pytest.raises(OffloadError):
             reg.entry_layout(bad)  # type: ignore[arg-type]
@@ -681,8 +689,9 @@ def test_bad_wrap_arguments(omp_x86: OmpBuild, cuda22: GpuBuild) -> None:
         reg.wrap("cuda", b"__CLANG_OFFLOAD_BUNDLE__")
     with pytest.raises(BundleFormatError):
         reg.wrap("hip", fatbin)
-    with pytest.raises(OffloadError, match="ELF"):
-        reg.wrap("openmp", image_binaries(omp_x86), host_triple="x86_64-apple-darwin")
+    for triple in ("x86_64-apple-darwin", "arm64-apple-macosx14", "x86_64-pc-windows-msvc", "x86_64-w64-mingw32"):
+        with pytest.raises(OffloadError, match="ELF"):
+            reg.wrap("openmp", image_binaries(omp_x86), host_triple=triple)
     with pytest.raises(OffloadError):
         reg.compile_module(reg.openmp_module([]), "nonsense-target-triple")
     with pytest.raises(OffloadError):
