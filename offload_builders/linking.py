@@ -379,7 +379,7 @@ def device_link_command(toolchain: Toolchain, key: GroupKey, inputs: Sequence[st
     triple, arch = key
     argv = [str(toolchain.clang), "--no-default-config", "-o", output, f"--target={triple}"]
     if triple == AMDGPU_TRIPLE:
-        argv.append(f"-mcpu={arch}")
+        argv.extend([f"-mcpu={arch}", "-flto"])  # with -flto the driver turns a target ID into lld's mcpu/mattr
     elif triple == NVPTX_TRIPLE:
         argv.append(f"-march={arch}")
         if toolchain.cuda_path is not None:

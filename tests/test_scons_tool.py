@@ -21,7 +21,9 @@ from conftest import REPO_ROOT
 pytestmark = pytest.mark.slow
 
 SCONS = str(Path(sys.executable).with_name("scons"))
-PHASES = ("HOST", "DEVICE", "ASSEMBLE", "PACKAGE", "EMBED", "LINK", "AR")
+PHASES = ("HOST", "DEVICE", "ASSEMBLE", "PACKAGE", "EMBED", "EXTRACT", "DEVICELINK", "WRAP", "LINK", "AR")
+#: The link of one program: extract and device-link per target, then one wrap and the host link.
+LINK_SIDE = ("EXTRACT", "DEVICELINK", "WRAP", "LINK")
 
 SCONSTRUCT = textwrap.dedent("""
     import offload_builders.scons
@@ -37,6 +39,8 @@ SCONSTRUCT = textwrap.dedent("""
     if ARGUMENTS.get("target_flags"):
         target, _, flags = ARGUMENTS["target_flags"].partition("=")
         env["OFFLOAD_TARGET_FLAGS"] = {target: flags.split()}
+    if ARGUMENTS.get("linkflags"):
+        env.Append(LINKFLAGS=ARGUMENTS["linkflags"].split())
     if ARGUMENTS.get("ccflags"):
         env.Append(CCFLAGS=ARGUMENTS["ccflags"].split())
     if ARGUMENTS.get("cache"):
@@ -134,7 +138,8 @@ def project(tmp_path) -> Project:
 
 def test_builds_and_runs_on_the_offload_device(project):
     build = project.scons()
-    assert build.by_phase == {"HOST": 2, "DEVICE": 2, "PACKAGE": 2, "EMBED": 2, "LINK": 1}
+    assert build.by_phase == {"HOST": 2, "DEVICE": 2, "PACKAGE": 2, "EMBED": 2,
+                              "EXTRACT": 1, "DEVICELINK": 1, "WRAP": 1, "LINK": 1}
     run = project.run_program()
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "on_device=1 sum=6048\n"
@@ -154,14 +159,19 @@ def test_adding_a_target_compiles_only_that_target(project):
     assert added.count("DEVICE") == 2 and added.count("DEVICE", ".sm_90.") == 2
     assert added.count("ASSEMBLE") == 2 and added.count("ASSEMBLE", ".sm_90.") == 2
     assert (added.count("PACKAGE"), added.count("EMBED"), added.count("LINK")) == (2, 2, 1)
-    assert len(added.commands) == 9
+    # Every target's device files are extracted again (cheap, in-process), but only the new target's
+    # image is linked: the others' extracted inputs are byte-identical, so SCons keeps their images.
+    assert added.count("EXTRACT") == 4
+    assert added.count("DEVICELINK") == 1 and added.count("DEVICELINK", ".sm_90.") == 1
+    assert added.count("WRAP") == 1
+    assert len(added.commands) == 9 + 4 + 1 + 1
     assert project.run_program().returncode == 0
 
 
 def test_removing_a_target_compiles_nothing(project):
     project.scons("archs=x86_64,sm_80,gfx90a")
     removed = project.scons("archs=x86_64,gfx90a")
-    assert removed.by_phase == {"PACKAGE": 2, "EMBED": 2, "LINK": 1}
+    assert removed.by_phase == {"PACKAGE": 2, "EMBED": 2, "EXTRACT": 2, "WRAP": 1, "LINK": 1}
 
 
 def test_one_targets_flags_rebuild_only_that_target(project):
@@ -170,6 +180,7 @@ def test_one_targets_flags_rebuild_only_that_target(project):
     assert changed.count("DEVICE") == 2 and changed.count("DEVICE", ".gfx90a.") == 2
     assert changed.count("HOST") == 0 and changed.count("ASSEMBLE") == 0
     assert (changed.count("PACKAGE"), changed.count("EMBED"), changed.count("LINK")) == (2, 2, 1)
+    assert changed.count("DEVICELINK") == 1 and changed.count("DEVICELINK", ".gfx90a.") == 1
     # The same per-target flags again: nothing is out of date.
     same = project.scons("archs=x86_64,sm_80,gfx90a", "target_flags=gfx90a=-O3")
     assert same.commands == []
@@ -180,8 +191,10 @@ def test_touching_a_header_rebuilds_only_its_sources_nodes(project):
     (project.root / "include" / "scale.hpp").write_text("#define SCALE_ONE (2.0 / 2.0)\n")
     rebuilt = project.scons("archs=x86_64,sm_80")
     assert rebuilt.commands, rebuilt.output
-    assert all("scale" in target or phase == "LINK" for phase, target in rebuilt.commands), rebuilt.commands
+    assert all("scale" in target or phase in LINK_SIDE for phase, target in rebuilt.commands), rebuilt.commands
     assert rebuilt.count("HOST") == 1 and rebuilt.count("DEVICE") == 2
+    # The new spelling compiles to the same code: the object is byte-identical, so nothing is linked again.
+    assert rebuilt.count("LINK") == 0
 
 
 def test_device_compiles_are_scanned_for_headers(project):
@@ -203,7 +216,7 @@ def test_cache_dir_gives_back_every_node_and_per_target_hits(project, tmp_path):
     assert not (project.root / "build" / "prog").exists()
     again = project.scons("archs=x86_64,sm_80,gfx90a", cache)
     assert again.commands == [], again.output
-    assert len(again.retrieved) >= 2 + 2 * 3 + 2 + 2 + 2 + 1
+    assert len(again.retrieved) >= 2 + 2 * 3 + 2 + 2 + 2 + 3 * 2 + 1 + 1
     # A build for a subset of the targets takes every device node from the cache.
     project.scons("-c", "archs=x86_64,sm_80,gfx90a", cache)
     subset = project.scons("archs=x86_64,gfx90a", cache)
@@ -306,3 +319,73 @@ def test_generate_keeps_what_the_user_set(project):
     """))
     output = project.scons("-n").output
     assert "ARCHS=sm_80 LINKFLAGS=['-Wl,-O1'] COMSTR=mine RPATH=[]" in output
+
+
+def test_link_runs_no_clang_linker_wrapper(project):
+    """The driver's ``-v`` prints every process it starts: the host link must not start the wrapper."""
+    build = project.scons("linkflags=-v")
+    link_output = build.output[build.output.index("@@LINK"):]
+    assert "ld.lld" in link_output
+    assert "clang-linker-wrapper" not in build.output
+    assert project.run_program().returncode == 0
+
+
+def test_changing_one_source_relinks_every_target_and_compiles_nothing_else(project):
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    source = project.root / "src" / "scale.cpp"
+    source.write_text(source.read_text().replace("x[i] *= factor * SCALE_ONE", "x[i] = x[i] * factor + 0.5 - 0.5"))
+    rebuilt = project.scons("archs=x86_64,sm_80,gfx90a")
+    assert rebuilt.count("HOST") == 1 and rebuilt.count("HOST", "scale") == 1
+    assert rebuilt.count("DEVICE") == 3 and rebuilt.count("DEVICE", "scale") == 3
+    assert rebuilt.count("EMBED") == 1
+    assert rebuilt.count("DEVICELINK") == 3 and rebuilt.count("WRAP") == 1 and rebuilt.count("LINK") == 1
+    assert project.run_program().returncode == 0
+
+
+def test_unchanged_device_code_is_not_relinked(project):
+    """A host-only edit re-embeds the same device code: no device link runs, only wrap-free host link."""
+    project.scons("archs=x86_64,sm_80")
+    main = project.root / "src" / "main.cpp"
+    main.write_text(main.read_text().replace("double sum = 0;", "double sum = -0.0;"))  # same line numbers
+    rebuilt = project.scons("archs=x86_64,sm_80")
+    assert rebuilt.count("DEVICELINK") == 0 and rebuilt.count("WRAP") == 0
+    assert rebuilt.count("LINK") == 1
+
+
+FOREIGN_CPP = textwrap.dedent("""
+    int foreign(int v) {
+      int r = 0;
+      #pragma omp target map(from : r)
+      r = v + 1;
+      return r;
+    }
+""")
+
+
+def test_object_without_device_code_for_a_target_is_a_link_error(project):
+    """Clang links this and the program crashes at run time; we stop the link and name object and target."""
+    (project.root / "src" / "foreign.cpp").write_text(FOREIGN_CPP)
+    subprocess.run(["clang++-19", "-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu", "-c", "src/foreign.cpp",
+                    "-o", "foreign.o"], cwd=project.root, check=True)
+    (project.root / "src" / "SConscript").write_text(textwrap.dedent("""
+        Import("env")
+        env.OffloadProgram("prog", ["main.cpp", "scale.cpp", File("#foreign.o")])
+    """))
+    failed = project.scons("archs=x86_64,sm_80", check=False)
+    assert failed.returncode != 0
+    assert "foreign.o: has offload entries but no device code for sm_80" in failed.output
+    assert "Traceback" not in failed.output
+    assert not (project.root / "build" / "prog").exists()
+    assert project.scons("archs=x86_64").count("LINK") == 1
+
+
+def test_target_without_any_device_code_is_a_warning(project):
+    (project.root / "src" / "plain.cpp").write_text("int main() { return 0; }\n")
+    subprocess.run(["clang++-19", "-c", "src/plain.cpp", "-o", "plain.o"], cwd=project.root, check=True)
+    (project.root / "src" / "SConscript").write_text(textwrap.dedent("""
+        Import("env")
+        env.OffloadProgram("prog", [File("#plain.o")])
+    """))
+    build = project.scons("archs=x86_64")
+    assert "no device code for x86_64" in build.output and "warning" in build.output.lower()
+    assert project.run_program().returncode == 0

@@ -7,7 +7,11 @@ Builders:
   makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
   and target on its own.
 * ``OffloadStaticLibrary``: fat objects (or sources) -> static library.
-* ``OffloadProgram``: fat objects, sources and libraries -> program.
+* ``OffloadProgram``: fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
+  per target ID an extract node (the device files the link needs, Clang 19's rules, see
+  :mod:`offload_builders.linking`) and a device-link node; one wrap node (registration code made by
+  :mod:`offload_builders.registration`); the program itself is the host link. Adding a target links
+  only that target's image again (plus wrap and host link).
 
 Each phase has one ``$OFFLOAD_<PHASE>COM`` / ``$OFFLOAD_<PHASE>COMSTR`` pair. The compile phases'
 ``COM`` variables default to ``$_OFFLOAD_<PHASE>_CC1``, a callable that renders the installed driver's own
@@ -23,12 +27,15 @@ from typing import Any
 
 import SCons.Action
 import SCons.Builder
+import SCons.Node.FS
 import SCons.Errors
 import SCons.Scanner.Prog
 import SCons.Subst
 import SCons.Tool
 import SCons.Util
+import SCons.Warnings
 
+from offload_builders import linking
 from offload_builders.errors import OffloadError
 from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of, probe_cache
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -48,9 +55,12 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_ASSEMBLECOM": "$_OFFLOAD_ASSEMBLE_CMD",
     "OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD",
     "OFFLOAD_EMBEDCOM": "$_OFFLOAD_EMBED_CC1",
+    "OFFLOAD_DEVICE_LINKFLAGS": ["-O2"],
+    "OFFLOAD_TARGET_LINKFLAGS": {},
+    "OFFLOAD_DEVICELINKCOM": "$_OFFLOAD_DEVICE_LINK_CMD",
     "OFFLOAD_LINKCOM": (
-        "$OFFLOAD_CXX -o ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $_OFFLOAD_LINK_TARGETS $OFFLOAD_LINKFLAGS"
-        " $LINKFLAGS $_OFFLOAD_RPATH $SOURCES $_LIBDIRFLAGS $_LIBFLAGS"
+        "$OFFLOAD_CXX -o ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $_OFFLOAD_WRAPPER_OBJECT $OFFLOAD_LINKFLAGS"
+        " $LINKFLAGS $_OFFLOAD_RPATH $SOURCES $_LIBDIRFLAGS $_LIBFLAGS $_OFFLOAD_HOST_RUNTIME"
     ),
     "OFFLOAD_ARCOM": "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES",
 }
@@ -194,12 +204,6 @@ def _embed_cc1(target, source, env, for_signature):
                               output=_partial(env, target[0]))
 
 
-def _link_targets(target, source, env, for_signature):
-    """``-fopenmp -fopenmp-targets=...`` for the link: the triples of ``$OFFLOAD_ARCHS``."""
-    triples = sorted({tid.triple for tid in selected_targets(env)})
-    return ["-fopenmp", "-fopenmp-targets=" + ",".join(triples)]
-
-
 def _rpath(target, source, env, for_signature):
     value = env.get("OFFLOAD_RPATH")
     if value is None:
@@ -291,9 +295,215 @@ def _object_emitter(target, source, env):
     return target, source
 
 
+class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
+    """A link-time offload problem that does not stop the build (a target with no device code)."""
+
+
+def _device_runtime(env):
+    try:
+        return env.File(str(linking.device_runtime(_toolchain(env))))
+    except OffloadError as error:
+        raise _user_error(error) from None
+
+
+def _static_libraries(env) -> list:
+    """The static libraries ``$LIBS`` names, found in ``$LIBPATH`` as the linker would (shared ones have no
+    device code to extract)."""
+    dirs = tuple(env.Dir(d) for d in SCons.Util.flatten(env.subst_list("$LIBPATH")[0] if env.get("LIBPATH") else []))
+    prefix, suffix = env.subst("$LIBPREFIX"), env.subst("$LIBSUFFIX")
+    found = []
+    for lib in SCons.Util.flatten(env.get("LIBS", [])):
+        if not isinstance(lib, str):
+            if str(lib).endswith(suffix):
+                found.append(lib)
+            continue
+        name = env.subst(lib)
+        if os.sep in name or name.endswith(suffix):
+            found.append(env.File(name))
+            continue
+        node = SCons.Node.FS.find_file(f"{prefix}{name}{suffix}", dirs)
+        if node is not None:
+            found.append(node)
+    return found
+
+
+_SCANS: dict[tuple, linking.ScannedInputs] = {}
+
+
+def _scan(paths: Sequence[str]) -> linking.ScannedInputs:
+    """Scan the link inputs once per build for all targets (keyed on the files' identity)."""
+    key = tuple((p, st.st_mtime_ns, st.st_size) for p in paths for st in [os.stat(p)] if os.path.exists(p))
+    if key not in _SCANS:
+        _SCANS.clear()
+        _SCANS[key] = linking.scan_link_inputs(paths)
+    return _SCANS[key]
+
+
+def _extract_device_inputs(target, source, env) -> int:
+    """Write the target's device files (Clang 19's selection from all link inputs) to its device input file."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    key = linking.group_key(tid)
+    try:
+        scanned = _scan([str(node) for node in source])
+        problems = linking.check_entries(scanned, key, str(tid))
+        if problems:
+            raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
+        files = linking.select_device_files(scanned, key)
+        if not files:
+            SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no device code for {tid} in any input: the "
+                                                     f"program has no {tid} image")
+        linking.write_device_inputs(files, _partial(env, target[0]))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
+def _inputs_dir(env, node) -> str:
+    return str(node) + ".inputs"
+
+
+def _unpack_device_inputs(target, source, env) -> int:
+    """Unpack the device input file next to the image; with no device code the image is an empty file."""
+    directory = _inputs_dir(env, target[0])
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+    try:
+        paths = linking.unpack_device_inputs(str(source[0]), directory)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    if not paths:
+        open(_partial(env, target[0]), "wb").close()
+    return 0
+
+
+def _remove_inputs_dir(target, source, env) -> int:
+    directory = _inputs_dir(env, target[0])
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    return 0
+
+
+@_guarded
+def _device_link_cmd(target, source, env, for_signature):
+    """The device link of one target; nothing to run when no input has device code for it."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    if for_signature:
+        inputs = [str(source[0])]
+    else:
+        count = len(linking.read_device_inputs(str(source[0])))
+        if count == 0:
+            return []
+        inputs = [os.path.join(_inputs_dir(env, target[0]), f"{index:03d}.o") for index in range(count)]
+    flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
+                                            SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD,
+                                            target=target, source=source)[0]]
+    host_libraries = []
+    if tid.kind == "host-cpu":  # the host-CPU image is a shared object linked against the host's libraries
+        host_libraries = [str(f) for f in env.subst_list("$_LIBDIRFLAGS $_LIBFLAGS", target=target, source=source)[0]]
+    return linking.device_link_command(_toolchain(env), linking.group_key(tid), inputs, _partial(env, target[0]),
+                                       flags=flags, host_libraries=host_libraries)
+
+
+def _target_link_flags(target, source, env, for_signature):
+    """``$OFFLOAD_TARGET_LINKFLAGS[target]``: device-link flags for one target ID."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags: list[str] = []
+    for key, value in (env.get("OFFLOAD_TARGET_LINKFLAGS") or {}).items():
+        try:
+            if parse_target_id(str(key)) == tid:
+                flags.extend(str(f) for f in env.subst_list(value, SCons.Subst.SUBST_CMD)[0])
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"OFFLOAD_TARGET_LINKFLAGS key {key!r}: {error}") from None
+    return flags
+
+
+def _wrap_images(target, source, env) -> int:
+    """Generate the registration object for the linked images (no Clang process: llvmlite does it)."""
+    from offload_builders import registration
+
+    toolchain = _toolchain(env)
+    images = []
+    for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]):
+        if os.path.getsize(str(node)) == 0:
+            continue
+        tid = parse_target_id(tid_text)
+        triple, arch = linking.group_key(tid)
+        images.append(((triple, arch), str(node)))
+    order = {key: index for index, key in enumerate(linking.image_order(key for key, _ in images))}
+    images.sort(key=lambda item: order[item[0]])
+    try:
+        binaries = [registration.openmp_image_binary(path, triple=key[0], arch=key[1], llvm_version=toolchain.major)
+                    for key, path in images]
+        data = registration.wrap(registration.OPENMP, binaries, llvm_version=toolchain.major)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    with open(_partial(env, target[0]), "wb") as f:
+        f.write(data)
+    return 0
+
+
+def _wrapper_object(target, source, env, for_signature):
+    wrapper = getattr(target[0].attributes, "offload_wrapper", None)
+    if wrapper is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadProgram")
+    return [str(wrapper)]
+
+
+def _host_runtime(target, source, env, for_signature):
+    return linking.host_runtime_arguments(_toolchain(env))
+
+
+def _function_phase(phase: str, before=(), after=()) -> SCons.Action.ListAction:
+    """Like :func:`_phase_action` for phases whose ``$OFFLOAD_<PHASE>COM`` may be a Python function."""
+    return SCons.Action.ListAction([
+        _REMOVE_STALE, *before,
+        SCons.Action.Action(f"$OFFLOAD_{phase}COM", f"$OFFLOAD_{phase}COMSTR",
+                            varlist=["OFFLOAD_TARGET", "OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS"]),
+        _COMMIT, *after,
+    ])
+
+
+_EXTRACT_BUILDER = SCons.Builder.Builder(action=_function_phase("EXTRACT"))
+_DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=_function_phase(
+    "DEVICELINK", before=[SCons.Action.Action(_unpack_device_inputs, None)],
+    after=[SCons.Action.Action(_remove_inputs_dir, None)]))
+_WRAP_BUILDER = SCons.Builder.Builder(action=_function_phase("WRAP"))
+
+
+def _check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
+    toolchain = _toolchain(env)
+    try:
+        linking.device_runtime(toolchain)
+        if any(tid.kind == "amdgpu" for tid in targets):
+            toolchain.tool("ld.lld")
+        if any(tid.kind == "nvptx" for tid in targets):
+            toolchain.tool("clang-nvlink-wrapper")
+            toolchain.cuda_tool("nvlink")
+    except OffloadError as error:
+        raise _user_error(error) from None
+
+
 def _program_emitter(target, source, env):
+    """Expand the link into per-target extract and device-link nodes, one wrap node and the host link."""
     targets = selected_targets(env)
     _check_tools_for(env, targets)
+    _check_link_tools_for(env, targets)
+    program = target[0]
+    stem, directory = program.name, program.dir
+    inputs = list(source) + _static_libraries(env) + [_device_runtime(env)]
+    images = []
+    for tid in targets:
+        device_inputs = _EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
+                                         OFFLOAD_TARGET=str(tid))
+        images.extend(_DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.img")], device_inputs,
+                                           OFFLOAD_TARGET=str(tid)))
+    wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
+                            _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
+    program.attributes.offload_wrapper = wrapper[0]
+    env.Depends(program, wrapper)
     return target, source
 
 
@@ -321,7 +531,12 @@ def generate(env, **kwargs: Any) -> None:
     env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
     env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
-    env["_OFFLOAD_LINK_TARGETS"] = _link_targets
+    env["_OFFLOAD_DEVICE_LINK_CMD"] = _device_link_cmd
+    env["_OFFLOAD_TARGET_LINKFLAGS"] = _target_link_flags
+    env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
+    env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime
+    _set_default(env, "OFFLOAD_EXTRACTCOM", _extract_device_inputs)
+    _set_default(env, "OFFLOAD_WRAPCOM", _wrap_images)
     env["_OFFLOAD_RPATH"] = _rpath
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")

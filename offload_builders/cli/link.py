@@ -1,0 +1,315 @@
+"""``offload-link``: the linker-wrapper pipeline outside SCons (extract, device links, wrap, host link).
+
+It takes ``clang-linker-wrapper``'s common options and, after them, the host linker's arguments, so a
+Meson/Ninja rule can call it where it would call the wrapper, and the Clang driver can even run it in the
+wrapper's place (``clang -B<dir>`` with ``<dir>/clang-linker-wrapper`` running ``offload-link``)::
+
+    offload-link --host-triple=x86_64-unknown-linux-gnu --linker-path=/usr/bin/ld.lld \\
+        [--wrapper-jobs=N] [--save-temps] [--dry-run] [--opt-level=O2] [--device-linker=[<triple>=]<arg>] \\
+        -- <linker arguments: -o a.out x.o -L... -l... --whole-archive ...>
+
+Device images are linked by :mod:`offload_builders.linking` (one ``clang`` per target, ``--wrapper-jobs``
+at a time), wrapped by :mod:`offload_builders.registration` (no Clang process) and the wrapper object is
+put right after ``-o <output>`` on the host link, as the wrapper does. Errors are one line, exit 1.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from offload_builders import __version__
+from offload_builders.cli._common import UsageError, run_guarded
+
+PROG = "offload-link"
+
+_HELP = f"""OVERVIEW: Link an offloading program: extract device code, link one image per target, wrap, host link.
+
+USAGE: {PROG} [options] [--] <linker arguments>
+
+OPTIONS:
+  --host-triple=<triple>         - Host triple (only x86_64 Linux hosts are supported)
+  --linker-path=<path>           - The host linker to run (e.g. /usr/bin/ld.lld); required
+  -o <file>                      - Output (also read from the linker arguments)
+  --wrapper-jobs=<n>             - Device links to run at once (default 1, like clang-linker-wrapper)
+  --opt-level=O<n>               - Optimization level of the device links (default O2)
+  --device-linker=[<triple>=]<a> - Extra argument for the device links (of one triple)
+  --cuda-path=<dir>              - CUDA installation (ptxas, nvlink)
+  --save-temps                   - Keep the device inputs, images and wrapper object next to the output
+  --dry-run                      - Print the commands instead of running them
+  --wrapper-verbose, -v          - Print each command before running it
+  --help                         - Display available options
+  --version                      - Display the version of this program
+Other clang-linker-wrapper options the Clang driver passes (--bitcode-library, --embed-bitcode, ...) are
+rejected by name. Everything not recognised above is a linker argument.
+"""
+
+#: clang-linker-wrapper options we accept and ignore, because they do not change what we produce here.
+_IGNORED_PREFIXES = ("--wrapper-time-trace", "--device-debug", "--pass-remarks", "--offload-opt=")
+#: clang-linker-wrapper options whose behaviour we do not implement: refused rather than silently dropped.
+_UNSUPPORTED = ("--embed-bitcode", "--bitcode-library", "--builtin-bitcode", "--clang-backend", "--override-image",
+                "--relocatable", "--print-wrapped-module", "--compress", "--ptxas-arg", "-mllvm", "--should-extract")
+#: Host linker options that take their value as the next argument (so it is not taken for an input).
+_LINKER_VALUE_OPTIONS = frozenset({"-o", "-m", "-dynamic-linker", "--dynamic-linker", "-L", "-l", "-rpath", "-R",
+                                   "-soname", "-h", "-z", "-T", "-e", "-u", "-y", "-Map", "--version-script",
+                                   "-plugin", "-plugin-opt", "--sysroot", "-a", "--hash-style", "-O"})
+
+
+@dataclass
+class _Options:
+    host_triple: str = "x86_64-unknown-linux-gnu"
+    linker_path: str | None = None
+    output: str | None = None
+    jobs: int = 1
+    opt_level: str = "O2"
+    device_linker: list[tuple[str | None, str]] = field(default_factory=list)
+    cuda_path: str | None = None
+    save_temps: bool = False
+    dry_run: bool = False
+    verbose: bool = False
+    linker_args: list[str] = field(default_factory=list)
+    help: bool = False
+    version: bool = False
+
+
+def _value(arg: str, name: str, args: list[str], i: int) -> tuple[str, int]:
+    if arg.startswith(name + "="):
+        return arg[len(name) + 1:], i
+    if i >= len(args):
+        raise UsageError(f"missing value for {name}")
+    return args[i], i + 1
+
+
+def _parse(argv: Sequence[str]) -> _Options:
+    opts = _Options()
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            opts.linker_args.extend(args[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in ("--help", "-help", "--help-hidden"):
+            opts.help = True
+        elif name in ("--version",):
+            opts.version = True
+        elif name in ("--host-triple",):
+            opts.host_triple, i = _value(arg, name, args, i)
+        elif name == "--linker-path":
+            opts.linker_path, i = _value(arg, name, args, i)
+        elif name == "--wrapper-jobs":
+            text, i = _value(arg, name, args, i)
+            if not text.isdigit() or int(text) == 0:
+                raise UsageError(f"--wrapper-jobs: expected a positive integer, got '{text}'")
+            opts.jobs = int(text)
+        elif name == "--opt-level":
+            opts.opt_level, i = _value(arg, name, args, i)
+            if opts.opt_level not in ("O0", "O1", "O2", "O3", "Os", "Oz"):
+                raise UsageError(f"--opt-level: expected O0, O1, O2, O3, Os or Oz, got '{opts.opt_level}'")
+        elif name == "--device-linker":
+            text, i = _value(arg, name, args, i)
+            triple, sep, value = text.partition("=")
+            opts.device_linker.append((triple, value) if sep and not triple.startswith("-") else (None, text))
+        elif name == "--cuda-path":
+            opts.cuda_path, i = _value(arg, name, args, i)
+        elif name == "--save-temps":
+            opts.save_temps = True
+        elif name == "--dry-run":
+            opts.dry_run = True
+        elif name in ("--wrapper-verbose", "-v", "--verbose"):
+            opts.verbose = True
+        elif name.startswith(_IGNORED_PREFIXES):
+            continue
+        elif name in _UNSUPPORTED:
+            raise UsageError(f"{name} is a clang-linker-wrapper option {PROG} does not implement; "
+                             "use clang-linker-wrapper for it")
+        else:
+            opts.linker_args.append(arg)
+    if opts.help or opts.version:
+        return opts
+    if not opts.host_triple.startswith("x86_64") or "linux" not in opts.host_triple:
+        raise UsageError(f"--host-triple={opts.host_triple}: only x86_64 Linux hosts are supported")
+    if opts.linker_path is None:
+        raise UsageError("--linker-path=<host linker> is required (e.g. --linker-path=/usr/bin/ld.lld)")
+    output = _linker_output(opts.linker_args)
+    opts.output = output or opts.output or "a.out"
+    return opts
+
+
+def _linker_output(args: Sequence[str]) -> str | None:
+    output = None
+    for index, arg in enumerate(args):
+        if arg == "-o" and index + 1 < len(args):
+            output = args[index + 1]
+        elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
+            output = arg[2:]
+    return output
+
+
+def link_inputs(args: Sequence[str]):
+    """The files a host linker reads from ``args``, with ``--whole-archive`` state and ``-l`` searched in ``-L``."""
+    from offload_builders.linking import LinkInput
+
+    search: list[str] = []
+    sysroot = ""
+    i = 0
+    while i < len(args):  # -L applies to every -l, wherever it appears
+        arg = args[i]
+        if arg in ("-L", "--library-path") and i + 1 < len(args):
+            search.append(args[i + 1])
+            i += 1
+        elif arg.startswith("-L") and len(arg) > 2:
+            search.append(arg[2:])
+        elif arg.startswith("--library-path="):
+            search.append(arg.split("=", 1)[1])
+        elif arg.startswith("--sysroot="):
+            sysroot = arg.split("=", 1)[1]
+        i += 1
+    inputs = []
+    whole = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg in ("--whole-archive", "-whole-archive"):
+            whole = True
+        elif arg in ("--no-whole-archive", "-no-whole-archive"):
+            whole = False
+        elif arg in ("-l", "--library") or (arg.startswith("-l") and len(arg) > 2) or arg.startswith("--library="):
+            if arg in ("-l", "--library"):
+                if i >= len(args):
+                    raise UsageError(f"missing value for {arg}")
+                name, i = args[i], i + 1
+            else:
+                name = arg.split("=", 1)[1] if arg.startswith("--library=") else arg[2:]
+            path = _search_library(name, search, sysroot)
+            if path is None:
+                raise UsageError(f"unable to find library -l{name}")
+            inputs.append(LinkInput(path, whole))
+        elif arg in _LINKER_VALUE_OPTIONS:
+            i += 1
+        elif not arg.startswith("-"):
+            inputs.append(LinkInput(arg, whole))
+    return inputs
+
+
+def _search_library(name: str, search: Sequence[str], sysroot: str) -> str | None:
+    """``searchLibrary``: ``-l:file`` by name, else ``lib<name>.so`` then ``lib<name>.a`` per directory."""
+    names = [name[1:]] if name.startswith(":") else [f"lib{name}.so", f"lib{name}.a"]
+    for directory in search:
+        if directory.startswith("=") and sysroot:
+            directory = os.path.join(sysroot, directory[1:])
+        for candidate in names:
+            path = os.path.join(directory, candidate)
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def _print(argv: Sequence[str]) -> None:
+    print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
+
+
+def _run(argv: Sequence[str], verbose: bool) -> None:
+    if verbose:
+        _print(argv)
+    done = subprocess.run(list(argv), stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise UsageError(f"'{os.path.basename(argv[0])}' failed with exit code {done.returncode}")
+    if done.stderr:
+        sys.stderr.write(done.stderr)
+
+
+def _link(opts: _Options) -> int:
+    from offload_builders import linking, registration
+    from offload_builders.toolchain import find_toolchain
+
+    environ = dict(os.environ)
+    if opts.cuda_path:
+        environ["CUDA_PATH"] = opts.cuda_path
+    toolchain = find_toolchain(environ)
+    output = opts.output or "a.out"
+    inputs = link_inputs(opts.linker_args)
+    scanned = linking.scan_link_inputs(inputs)
+    groups = {key: files for key, files in linking.group_device_files(scanned).items() if files}
+    problems = [p for key in groups for p in linking.check_entries(scanned, key, key[1] or key[0])]
+    if problems:
+        raise linking.LinkError(problems[0] if len(problems) == 1 else "; ".join(problems))
+
+    temp_root = os.path.dirname(os.path.abspath(output)) if opts.save_temps else tempfile.mkdtemp(prefix="offload-link-")
+    stem = os.path.basename(output)
+    try:
+        jobs = []
+        for key, files in groups.items():
+            base = os.path.join(temp_root, f"{stem}.{key[0]}.{key[1] or 'native'}".replace(":", "_"))
+            device_inputs = base + ".devin"
+            linking.write_device_inputs(files, device_inputs)
+            paths = linking.unpack_device_inputs(device_inputs, base + ".inputs")
+            extra = [value for triple, value in opts.device_linker if triple in (None, key[0])]
+            host_libraries = [a for a in opts.linker_args if a.startswith(("-L", "-l"))] if key[0] == linking.HOST_CPU_TRIPLE else []
+            command = linking.device_link_command(toolchain, key, paths, base + ".img",
+                                                  flags=[f"-{opts.opt_level}", *extra], host_libraries=host_libraries)
+            jobs.append((key, base + ".img", command))
+        if opts.dry_run:
+            for _, _, command in jobs:
+                _print(command)
+        else:
+            with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+                for future in [pool.submit(_run, command, opts.verbose) for _, _, command in jobs]:
+                    future.result()
+        wrapper = os.path.join(temp_root, f"{stem}.openmp.image.wrapper.o")
+        if not opts.dry_run:
+            ordered = sorted(jobs, key=lambda job: linking.image_order([k for k, _, _ in jobs]).index(job[0]))
+            binaries = [registration.openmp_image_binary(image, triple=key[0], arch=key[1], llvm_version=toolchain.major)
+                        for key, image, _ in ordered]
+            data = registration.wrap(registration.OPENMP, binaries, llvm_version=toolchain.major)
+            with open(wrapper, "wb") as f:
+                f.write(data)
+        host = [opts.linker_path or "ld.lld", *_insert_after_output(opts.linker_args, wrapper)]
+        if opts.dry_run:
+            _print(host)
+        else:
+            _run(host, opts.verbose)
+    finally:
+        if not opts.save_temps:
+            shutil.rmtree(temp_root, ignore_errors=True)
+    return 0
+
+
+def _insert_after_output(args: Sequence[str], wrapper: str) -> list[str]:
+    """The wrapper object goes right after ``-o <output>``, where clang-linker-wrapper puts it."""
+    result = list(args)
+    for index, arg in enumerate(result):
+        if arg == "-o" and index + 1 < len(result):
+            return result[:index + 2] + [wrapper] + result[index + 2:]
+        if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
+            return result[:index + 1] + [wrapper] + result[index + 1:]
+    return [wrapper] + result
+
+
+def _main(argv: Sequence[str]) -> int:
+    opts = _parse(argv)
+    if opts.help:
+        sys.stdout.write(_HELP)
+        return 0
+    if opts.version:
+        print(f"{PROG} (offload-builders) {__version__}")
+        return 0
+    return _link(opts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
