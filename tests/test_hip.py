@@ -280,6 +280,72 @@ def test_linking_rdc_objects_is_refused_until_the_linker_wrapper_drives_it(tmp_p
     assert done.returncode != 0 and "needs the offload linker wrapper" in done.stdout + done.stderr
 
 
+#: A stand-in for the HIP runtime (libamdhip64): the entry points the objects call, printing what the
+#: module constructors register, so the program shows its embedded fat binaries without a GPU.
+STUB_RUNTIME = r"""
+#include <cstdio>
+#include <cstring>
+struct dim3 { unsigned x, y, z; };
+struct FatbinWrapper { unsigned magic, version; const char *binary; void *unused; };
+extern "C" {
+void **__hipRegisterFatBinary(const FatbinWrapper *w) {
+  static void *handle;
+  unsigned long long entries = 0;
+  std::memcpy(&entries, w->binary + 24, sizeof entries);
+  std::printf("fatbin magic=%08x version=%u %.24s entries=%llu\n", w->magic, w->version, w->binary, entries);
+  return &handle;
+}
+void __hipRegisterFunction(void **, const void *, char *, const char *name, int, void *, void *, void *, void *,
+                           int *) { std::printf("kernel %s\n", name); }
+void __hipRegisterVar(void **, void *, char *, const char *name, int, unsigned long, int, int) {
+  std::printf("variable %s\n", name);
+}
+void __hipUnregisterFatBinary(void **) {}
+static dim3 pushed_grid, pushed_block;
+unsigned __hipPushCallConfiguration(dim3 grid, dim3 block, unsigned long, void *) {
+  pushed_grid = grid, pushed_block = block;
+  return 0;
+}
+int __hipPopCallConfiguration(dim3 *grid, dim3 *block, unsigned long *shared, void **stream) {
+  *grid = pushed_grid, *block = pushed_block, *shared = 0, *stream = nullptr;
+  return 0;
+}
+int hipLaunchKernel(const void *, dim3 grid, dim3 block, void **, unsigned long, void *) {
+  std::printf("launch grid=%u block=%u\n", grid.x, block.x);
+  return 0;
+}
+}
+"""
+
+MAIN = r"""
+#include "kernels.h"
+int main() {
+  launch_saxpy(1000, 2.0f, nullptr, nullptr, nullptr);
+  launch_stencil(1000, nullptr, nullptr, nullptr);
+}
+"""
+
+
+def test_a_non_rdc_program_links_and_registers_its_fat_binaries(sample):
+    """OffloadProgram links the fat objects as plain host objects; a stub runtime shows what they register."""
+    (sample.root / "src" / "stub_runtime.cpp").write_text(STUB_RUNTIME)
+    (sample.root / "src" / "main.cpp").write_text(MAIN)
+    (sample.root / "src" / "SConscript").write_text(textwrap.dedent("""
+        Import("env")
+        host = env.Clone(CXX=env["OFFLOAD_CXX"])  # main.cpp includes the HIP header: compile it as host-only HIP
+        main = host.Object("main.cpp", CXXFLAGS=["-x", "hip", "-nogpuinc", "--offload-host-only"])
+        Default(env.OffloadProgram("prog", ["saxpy.hip", "stencil.hip", main, host.Object("stub_runtime.cpp")]))
+    """))
+    build = sample.scons(f"offload_archs={BASE_ARCHS}")
+    assert build.by_phase["HOST"] == 2
+    run = subprocess.run([str(sample.root / "build" / "prog")], capture_output=True, text=True, check=True)
+    lines = run.stdout.splitlines()
+    assert lines.count("fatbin magic=48495046 version=1 __CLANG_OFFLOAD_BUNDLE__ entries=3") == 2
+    assert sorted(line for line in lines if line.startswith(("kernel", "variable"))) == [
+        "kernel _Z5saxpyifPKfPf", "kernel _Z7stenciliPKfPf", "variable blocks_done", "variable coefficients"]
+    assert lines[-2:] == ["launch grid=4 block=256", "launch grid=8 block=128"]
+
+
 # --------------------------------------------------------------------------------------------------
 # The phase model's two assumptions, against the driver
 # --------------------------------------------------------------------------------------------------

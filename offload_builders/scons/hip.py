@@ -17,8 +17,10 @@ Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_HIP_
 driver hashes its whole command line, ``-o`` included, and no per-target node could ever be reused.
 The default is :func:`default_cuid` of the source's path, so it is deterministic and needs no setting.
 
-Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK``, ``BUNDLE`` (a
-Python action), ``PACKAGE`` (RDC) and ``HOST``. Variables, set only where the user has not:
+Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK``, ``BUNDLE``
+(default: :func:`offload_bundle`, a Python action), ``PACKAGE`` (RDC) and ``HOST``. ``OffloadProgram``
+links non-RDC objects as the plain host objects they are (the HIP runtime comes from ``$LIBS``).
+Variables, set only where the user has not:
 
 * ``$OFFLOAD_HIP_FLAGS`` (``['-nogpulib', '-nogpuinc']``): driver flags of every HIP compile; the default
   suits a machine without ROCm (kernels then include a minimal header of their own).
@@ -43,7 +45,6 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Subst
 import SCons.Tool
-import SCons.Util
 
 from offload_builders.errors import OffloadError
 from offload_builders.formats.bundle import bundle
@@ -198,12 +199,14 @@ def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
         version = 2
     try:
         version = int(version)
+        if version not in (2, 3):
+            raise ValueError(f"no compressed bundle format version {version} here")
         level = spec.compression_level if level in (None, "") else int(level)
         return CompressionOptions(Method.ZSTD, level, version)
     except (TypeError, ValueError) as error:
         raise SCons.Errors.UserError(f"OFFLOAD_HIP_COMPRESS={env.get('OFFLOAD_HIP_COMPRESS')!r},"
                                      f" OFFLOAD_HIP_COMPRESSION_LEVEL={env.get('OFFLOAD_HIP_COMPRESSION_LEVEL')!r}:"
-                                     f" {error}; the version is 2 or 3") from None
+                                     f" {error}; the version is None, 2 or 3 and the level an integer") from None
 
 
 def _bundle_plan(target, source, env, for_signature: bool) -> tuple[FatbinSpec, list[str], CompressionOptions | None]:
