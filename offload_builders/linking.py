@@ -31,7 +31,7 @@ from offload_builders.errors import OffloadError, OffloadFormatError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
-from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
+from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID  # noqa: F401 (re-exported)
 from offload_builders.toolchain import Toolchain
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.

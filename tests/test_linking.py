@@ -1,0 +1,214 @@
+"""Our link side against clang-linker-wrapper 19: same device files, same kernels, programs that run.
+
+The fat objects are built by the real Clang 19 driver; the reference links are the driver's own (through
+``clang-linker-wrapper``, with ``-save-temps`` to keep its device images); ours go through
+``offload-link``, which the driver runs in the wrapper's place when ``-B`` points at a directory whose
+``clang-linker-wrapper`` starts it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from offload_builders import linking
+from offload_builders.linking import DeviceSymbol, LinkInput, _SymbolTable
+
+pytestmark = pytest.mark.slow
+
+OFFLOAD_LINK = str(Path(sys.executable).with_name("offload-link"))
+RUN_ENV = dict(os.environ, OMP_TARGET_OFFLOAD="MANDATORY", LD_LIBRARY_PATH="/usr/lib/llvm-19/lib")
+X86 = "-fopenmp-targets=x86_64-unknown-linux-gnu"
+
+MAIN = textwrap.dedent("""
+    #include <cstdio>
+    #include <omp.h>
+    void scale(double *x, int n, double f);
+    #pragma omp declare target
+    double twice(double v);
+    #pragma omp end declare target
+    int main() {
+      double x[16];
+      for (int i = 0; i < 16; ++i) x[i] = i;
+      scale(x, 16, 3.0);
+      int on_device = 0;
+      double t = 0;
+      #pragma omp target map(from : on_device, t)
+      { on_device = !omp_is_initial_device(); t = twice(21.0); }
+      std::printf("on_device=%d x[5]=%g t=%g\\n", on_device, x[5], t);
+      return on_device && x[5] == 15.0 && t == 42.0 ? 0 : 1;
+    }
+""")
+SCALE = textwrap.dedent("""
+    void scale(double *x, int n, double f) {
+      #pragma omp target teams distribute parallel for map(tofrom : x[0 : n])
+      for (int i = 0; i < n; ++i) x[i] *= f;
+    }
+""")
+TWICE = textwrap.dedent("""
+    #pragma omp declare target
+    double twice(double v) { return 2 * v; }
+    #pragma omp end declare target
+""")
+UNUSED = textwrap.dedent("""
+    void never_called(int *p) {
+      #pragma omp target map(tofrom : p[0 : 1])
+      p[0] += 1;
+    }
+""")
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory, llvm19) -> Path:
+    """main.o plus libkern.a (scale, twice, unused) built for the x86_64 device and for sm_80 + gfx90a."""
+    root = tmp_path_factory.mktemp("link")
+    for name, text in (("main", MAIN), ("scale", SCALE), ("twice", TWICE), ("unused", UNUSED)):
+        (root / f"{name}.cpp").write_text(text)
+    clangxx = str(llvm19("clang++"))
+    for flavour, flags in (("x86", [X86]), ("gpu", ["--offload-arch=sm_80,gfx90a", "-nogpulib"])):
+        out = root / flavour
+        out.mkdir()
+        for name in ("main", "scale", "twice", "unused"):
+            subprocess.run([clangxx, "-fopenmp", *flags, "-O2", "-c", str(root / f"{name}.cpp"), "-o",
+                            str(out / f"{name}.o")], check=True)
+        subprocess.run([str(llvm19("llvm-ar")), "rcs", str(out / "libkern.a"),
+                        *(str(out / f"{n}.o") for n in ("scale", "twice", "unused"))], check=True)
+    shim = root / "shim"
+    shim.mkdir()
+    (shim / "clang-linker-wrapper").write_text(f"#!/bin/sh\nexec {OFFLOAD_LINK} \"$@\"\n")
+    (shim / "clang-linker-wrapper").chmod(0o755)
+    return root
+
+
+def _driver_link(llvm19, cwd: Path, args: list[str], ours: bool) -> subprocess.CompletedProcess:
+    argv = [str(llvm19("clang++")), "-fopenmp", "-O2", "-fuse-ld=lld", *args]
+    if ours:
+        argv.insert(1, f"-B{cwd.parent / 'shim'}")
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+
+
+def _kernels(image: Path, llvm19) -> set[str]:
+    listing = subprocess.run([str(llvm19("llvm-nm")), "--defined-only", "-D", str(image)],
+                             capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in listing.splitlines() if line.split()[-1].startswith("__omp_offloading_")}
+
+
+def test_static_library_program_runs_and_links_the_same_kernels(objects, llvm19):
+    work = objects / "x86"
+    theirs = _driver_link(llvm19, work, [X86, "-save-temps", "main.o", "libkern.a", "-o", "theirs"], ours=False)
+    assert theirs.returncode == 0, theirs.stderr
+    ours = _driver_link(llvm19, work, [X86, "-save-temps", "main.o", "libkern.a", "-o", "ours"], ours=True)
+    assert ours.returncode == 0, ours.stderr
+    for program in ("theirs", "ours"):
+        run = subprocess.run([str(work / program)], capture_output=True, text=True, env=RUN_ENV)
+        assert (run.returncode, run.stdout) == (0, "on_device=1 x[5]=15 t=42\n"), run.stderr
+    their_image = next(work.glob("theirs.x86_64*.img"))
+    our_image = work / "ours.x86_64-unknown-linux-gnu.native.img"
+    assert _kernels(our_image, llvm19) == _kernels(their_image, llvm19)
+    assert len(_kernels(our_image, llvm19)) == 3  # main's region, scale's loop, and unused.o's kernel
+
+
+def test_selection_matches_the_wrapper_and_ignores_library_order(objects):
+    work = objects / "gpu"
+    runtime = "/usr/lib/llvm-19/lib/libomptarget.devicertl.a"
+    forward = linking.scan_link_inputs([str(work / "main.o"), str(work / "libkern.a"), runtime])
+    backward = linking.scan_link_inputs([runtime, str(work / "libkern.a"), str(work / "main.o")])
+    for key in (("nvptx64-nvidia-cuda", "sm_80"), ("amdgcn-amd-amdhsa", "gfx90a")):
+        chosen = {f.describe() for f in linking.select_device_files(forward, key)}
+        assert chosen == {f.describe() for f in linking.select_device_files(backward, key)}
+        members = sorted(d.split("(")[1].split(")")[0] for d in chosen if "(" in d)
+        arch = key[1]
+        device_rtl = "devicertl-nvptx-sm_80.o" if arch == "sm_80" else "devicertl-amdgpu-gfx90a.o"
+        assert members == sorted([device_rtl, "scale.o", "twice.o", "unused.o"])
+
+
+def test_whole_archive_takes_every_member_and_archives_alone_give_nothing(objects):
+    work = objects / "gpu"
+    key = ("amdgcn-amd-amdhsa", "gfx90a")
+    alone = linking.scan_link_inputs([str(work / "libkern.a")])
+    assert linking.select_device_files(alone, key) == []
+    whole = linking.scan_link_inputs([LinkInput(str(work / "libkern.a"), whole_archive=True)])
+    assert len(linking.select_device_files(whole, key)) == 3
+
+
+def test_lazy_rule_on_symbols():
+    """The two reasons an archive member is taken, and the ones that are not enough."""
+    table = _SymbolTable()
+    assert table.add([DeviceSymbol("f", True, False, False), DeviceSymbol("w", True, True, False)],
+                     is_archive=False, has_offload_kind=True)
+    assert not table.add([DeviceSymbol("w", False, False, True)], is_archive=True, has_offload_kind=True)  # weak ref
+    assert not table.add([DeviceSymbol("h", False, False, True)], is_archive=True, has_offload_kind=True)  # hidden
+    assert table.add([DeviceSymbol("f", False, False, True)], is_archive=True, has_offload_kind=True)  # resolves f
+    assert not table.add([DeviceSymbol("f", False, False, False)], is_archive=True, has_offload_kind=True)  # f known
+    assert table.add([DeviceSymbol("kernel", False, False, False)], is_archive=True, has_offload_kind=True)  # new global
+    assert not table.add([DeviceSymbol("other", False, False, False)], is_archive=True, has_offload_kind=False)
+
+
+@pytest.mark.parametrize("lhs, rhs, compatible", [
+    (("amdgcn-amd-amdhsa", "gfx90a"), ("amdgcn-amd-amdhsa", "gfx90a:xnack+"), True),
+    (("amdgcn-amd-amdhsa", "gfx90a:xnack-"), ("amdgcn-amd-amdhsa", "gfx90a:xnack+"), False),
+    (("amdgcn-amd-amdhsa", "gfx90a:sramecc+"), ("amdgcn-amd-amdhsa", "gfx90a:xnack+"), True),
+    (("amdgcn-amd-amdhsa", "gfx90a"), ("amdgcn-amd-amdhsa", "gfx942"), False),
+    (("amdgcn-amd-amdhsa", "generic"), ("amdgcn-amd-amdhsa", "gfx942"), True),
+    (("nvptx64-nvidia-cuda", "sm_80"), ("nvptx64-nvidia-cuda", "sm_90"), False),
+    (("nvptx64-nvidia-cuda", "sm_80"), ("nvptx64-nvidia-cuda", "sm_80"), False),  # equal is not "compatible"
+    (("nvptx64-nvidia-cuda", "generic"), ("amdgcn-amd-amdhsa", "generic"), False),
+])
+def test_target_compatibility(lhs, rhs, compatible):
+    assert linking.targets_compatible(lhs, rhs) is compatible
+    assert linking.targets_compatible(rhs, lhs) is compatible
+
+
+def test_gpu_link_through_offload_link_registers_each_image(objects, llvm19):
+    work = objects / "gpu"
+    linked = _driver_link(llvm19, work, ["--offload-arch=sm_80,gfx90a", "main.o", "libkern.a", "-o", "gpu_ours"],
+                          ours=True)
+    assert linked.returncode == 0, linked.stderr
+    listing = subprocess.run([sys.executable, "-m", "offload_builders.cli.inspect", str(work / "gpu_ours")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "triple=nvptx64-nvidia-cuda arch=sm_80 image=elf" in listing
+    assert "triple=amdgcn-amd-amdhsa arch=gfx90a image=elf" in listing
+    assert listing.count("offload binary") == 2
+
+
+def _offload_link(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([OFFLOAD_LINK, *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_dry_run_prints_the_commands_and_writes_nothing(objects, llvm19):
+    work = objects / "x86"
+    done = _offload_link("--dry-run", f"--linker-path={llvm19('ld.lld')}", "--", "-o", "dry", "main.o",
+                         "libkern.a", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert "--target=x86_64-unknown-linux-gnu" in done.stderr and "ld.lld" in done.stderr
+    assert not (work / "dry").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--", "-o", "x", "main.o"], "--linker-path"),
+    (["--linker-path=/usr/bin/ld", "--wrapper-jobs=zero", "main.o"], "--wrapper-jobs"),
+    (["--linker-path=/usr/bin/ld", "--embed-bitcode", "main.o"], "--embed-bitcode"),
+    (["--linker-path=/usr/bin/ld", "--host-triple=aarch64-apple-darwin", "main.o"], "x86_64 Linux"),
+    (["--linker-path=/usr/bin/ld", "-lnosuchlibrary", "main.o"], "-lnosuchlibrary"),
+])
+def test_usage_errors_are_one_line(objects, args, message):
+    done = _offload_link(*args, cwd=objects / "x86")
+    assert done.returncode == 1
+    assert done.stderr.startswith("offload-link: error:") and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_damaged_input_is_one_line_naming_the_file(objects, llvm19, tmp_path):
+    good = (objects / "x86" / "scale.o").read_bytes()
+    damaged = tmp_path / "damaged.o"
+    at = good.index(b"\x10\xff\x10\xad")
+    damaged.write_bytes(good[:at + 8] + b"\xff" * 16 + good[at + 24:])
+    done = _offload_link(f"--linker-path={llvm19('ld.lld')}", "-o", str(tmp_path / "out"), str(damaged),
+                         cwd=tmp_path)
+    assert done.returncode == 1 and "damaged.o" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
