@@ -147,7 +147,8 @@ def _list_option(job: Sequence[str], prefix: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=512)
-def _probe(driver: str, flags: tuple[str, ...], cwd: str, cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
+def _probe(driver: str, flags: tuple[str, ...], cwd: str,
+           cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
     """Run ``driver -### -x hip <flags> -c`` on an empty probe source; return the jobs (memoized, cached)."""
     key = ProbeCache.key(driver, HIP_LANGUAGE, flags, cwd) if cache is not None else ""
     if cache is not None and (cached := cache.get(key)) is not None:
@@ -155,7 +156,8 @@ def _probe(driver: str, flags: tuple[str, ...], cwd: str, cache: ProbeCache | No
     with tempfile.TemporaryDirectory(prefix="offload-hip-probe-") as scratch:
         source = Path(scratch) / f"{_PROBE_STEM}.hip"
         source.write_text("")
-        argv = [driver, "-###", "-x", HIP_LANGUAGE, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
+        argv = [driver, "-###", "-x", HIP_LANGUAGE, *flags, "-c", str(source),
+                "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
         try:
             done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
         except OSError as error:
@@ -232,7 +234,8 @@ class HipPhaseModel:
         links = [job for job in jobs if compile_output in job and job is not device_job]
         bundlers = [job for job in jobs if _tool_name(job).startswith("clang-offload-bundler")]
         if len(links) != 1 or len(bundlers) != 1:
-            raise self._fail(target, f"expected one device link and one bundler job, got {len(links)} and {len(bundlers)}")
+            raise self._fail(target, f"expected one device link and one bundler job,"
+                                     f" got {len(links)} and {len(bundlers)}")
         link_template = _template(links[0], input_slot="input", input_value=compile_output)
         targets = _list_option(bundlers[0], "-targets=")
         ids = targets[0].split(",") if len(targets) == 1 else []

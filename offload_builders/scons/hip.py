@@ -366,13 +366,15 @@ def _check_link_tool(steps: HipDeviceSteps) -> None:
         return
     linker = str(steps.link.argv[0])
     if not (os.path.isfile(linker) and os.access(linker, os.X_OK)):
-        raise SCons.Errors.UserError(f"{linker} (the AMDGPU device linker) not found; install it with: apt-get install lld-19")
+        raise SCons.Errors.UserError(f"{linker} (the AMDGPU device linker) not found;"
+                                     " install it with: apt-get install lld-19")
 
 
 def _object_emitter(target, source, env):
     """Expand one fat object into per-target device compiles (and links), the fat binary or package."""
     if len(source) != 1:
-        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources for {target[0]}")
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
+                                     f" for {target[0]}")
     obj, src = target[0], source[0]
     targets = selected_targets(env)  # the conflict rule is enforced here, before anything compiles
     try:
@@ -390,6 +392,8 @@ def _object_emitter(target, source, env):
             _cuid(env, [src])
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
+    if any((steps.link is None) != host.rdc for steps in plans.values()):
+        raise SCons.Errors.UserError(f"{src}: -fgpu-rdc must hold for every target ($OFFLOAD_HIP_RDC), not per target")
     for steps in plans.values():
         _check_link_tool(steps)
 
