@@ -4,6 +4,7 @@ validation messages and the error contract (one line on stderr, exit 1, no trace
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -291,3 +292,94 @@ def test_usage_errors_and_help(capsys):
     assert "invalid value for boolean argument" in capsys.readouterr().err
     assert main(["stray"]) == 1
     assert "positional" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# -###: the llvm-objcopy commands, printed instead of run
+# --------------------------------------------------------------------------------------------
+@pytest.fixture()
+def object_inputs(llvm19, tmp_path) -> Path:
+    """A host object and a device image in ``tmp_path``, a private TMPDIR, and Clang's object bundle."""
+    (tmp_path / "h.c").write_text("int host_function(void) { return 1; }\n")
+    subprocess.run([str(llvm19("clang")), "-c", "h.c", "-o", "h.o"], cwd=tmp_path, check=True)
+    (tmp_path / "d.bin").write_bytes(b"DEVICE")
+    (tmp_path / "tmp").mkdir()
+    made = clang(llvm19("clang-offload-bundler"), ["-type=o", f"-targets={HOST},{GFX908}", "-input=h.o", "-input=d.bin",
+                                                   "-output=fat.o"], cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    subprocess.run([str(llvm19("llvm-ar")), "rc", "lib.a", "fat.o"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def _dry_run(tool, args: list, d: Path, tag: str) -> tuple[str, dict[str, bytes]]:
+    """Run in ``d`` with TMPDIR=d/tmp; outputs are named ``<tag>.<name>``. Returns stderr with temporary
+    paths replaced by ``<temp>`` (Clang's and ours are named differently), and the outputs' bytes."""
+    args = [a.replace("@", f"{tag}.") for a in args]
+    made = tool(args, env={"TMPDIR": str(d / "tmp")}, cwd=d)
+    assert made.returncode == 0, made.stderr
+    text = re.sub(re.escape(str(d / "tmp")) + r'/[^"]*', "<temp>", made.stderr.decode())
+    outputs = {p.name.split(".", 1)[1]: p.read_bytes() for p in d.glob(f"{tag}.*")}
+    return text, outputs
+
+
+DRY_RUNS = {
+    "bundle object": ["-type=o", f"-targets={HOST},{GFX908}", "-input=h.o", "-input=d.bin", "-output=@fat.o"],
+    "bundle object, compressed": ["-type=o", "-compress", "-verbose", f"-targets={HOST},{GFX908}", "-input=h.o",
+                                  "-input=d.bin", "-output=@fat.o"],
+    "unbundle object": ["-unbundle", "-type=o", f"-targets={HOST},{GFX908}", "-input=fat.o", "-output=@host.o",
+                        "-output=@dev.bin"],
+    "unbundle object, device only": ["-unbundle", "-type=o", f"-targets={GFX908}", "-input=fat.o",
+                                     "-output=@dev.bin"],
+    "unbundle archive": ["-unbundle", "-type=a", f"-targets={HOST},{GFX908}", "-input=lib.a", "-output=@host.a",
+                         "-output=@dev.a"],
+    "unbundle plain object": ["-unbundle", "-type=o", "-allow-missing-bundles", f"-targets={HOST},{GFX908}",
+                              "-input=h.o", "-output=@host.o", "-output=@dev.bin"],
+    "bundle binary (non-ELF host)": ["-type=o", f"-targets={HOST},{GFX908}", "-input=/dev/null", "-input=d.bin",
+                                     "-output=@fat.o"],
+    "bundle bc": ["-type=bc", f"-targets={HOST},{GFX908}", "-input=h.o", "-input=d.bin", "-output=@fat.bc"],
+    "list": ["-list", "-type=o", "-input=fat.o"],
+}
+
+
+@pytest.mark.parametrize("case", DRY_RUNS)
+def test_print_external_commands_matches_clang(bundler, object_inputs, case):
+    """Clang 19's -### prints the llvm-objcopy command of an object bundle (bundling, or stripping the host
+    output) instead of running it, leaves that output empty and does everything else as usual: our
+    commands must be the same up to temporary file names, our outputs identical."""
+    d, args = object_inputs, ["-###", *DRY_RUNS[case]]
+    theirs, their_outputs = _dry_run(lambda a, **kw: clang(bundler, a, **kw), args, d, "clang")
+    mine, my_outputs = _dry_run(ours, args, d, "ours")
+    assert my_outputs == their_outputs
+    # Clang's -verbose adds the compression speed and a timer report: not reproduced (timings)
+    theirs = "".join(line for line in theirs.splitlines(keepends=True)
+                     if line.startswith(('"', "Compressed", "Total", "Compression ", "Binary", "Truncated"))
+                     and not line.startswith("Compression speed"))
+    commands = [line for line in mine.splitlines() if line.startswith('"')]
+    if case.startswith("bundle object"):
+        # objcopy writes our temporary, which we put in place atomically; Clang has it write the output
+        assert theirs.count('"clang.fat.o"\n') == 1 and commands[0].endswith('"<temp>"')
+        theirs = theirs.replace('"clang.fat.o"\n', '"<temp>"\n')
+    if "compressed" in case:
+        # Clang prints the compression report of its empty output before the command, we after it
+        theirs = "".join(sorted(theirs.splitlines(keepends=True), key=lambda line: not line.startswith('"')))
+    assert mine == theirs
+    runs_objcopy = case in ("bundle object", "bundle object, compressed", "unbundle object", "unbundle archive")
+    assert len(commands) == runs_objcopy
+    if runs_objcopy:
+        assert commands[0].startswith('"/usr/lib/llvm-19/bin/llvm-objcopy" ')
+    # what objcopy would have written is left empty (compressed: the CCOB form of nothing)
+    assert {"bundle object": b"", "unbundle object": b""}.get(case, b"") == my_outputs.get(
+        {"bundle object": "fat.o", "unbundle object": "host.o"}.get(case, ""), b"")
+    if case == "bundle object, compressed":
+        assert my_outputs["fat.o"][:4] == b"CCOB" and len(my_outputs["fat.o"]) == 33
+    without = ours(args[1:], cwd=d)
+    assert without.returncode == 0 and b'"/usr/lib/llvm-19/bin/llvm-objcopy"' not in without.stderr
+
+
+def test_print_external_commands_spellings(object_inputs):
+    d = object_inputs
+    for flag in ("-###", "--###", "-###=1", "--###=true"):
+        made = ours([flag, *DRY_RUNS["bundle object"]], cwd=d)
+        assert made.returncode == 0 and made.stderr.startswith(b'"') and (d / "@fat.o").read_bytes() == b""
+    made = ours(["-###=0", *DRY_RUNS["bundle object"]], cwd=d)
+    assert made.returncode == 0 and made.stderr == b"" and (d / "@fat.o").read_bytes()[:4] == b"\x7fELF"

@@ -3,7 +3,8 @@
 Accepts Clang's options in their single- and double-dash spellings (``-type=o``, ``--type o``),
 ``-input`` repeated or ``-inputs`` as a comma list (likewise ``-output``/``-outputs``), and the
 ``OFFLOAD_BUNDLER_*`` environment variables, plus ``COMPRESSED_BUNDLE_FORMAT_VERSION`` (2 or 3) from
-LLVM 20+.  Validation messages are Clang's.  Any error is one line on stderr (naming the file and
+LLVM 20+, and ``-###`` (the llvm-objcopy commands of object bundles printed instead of run, see
+``_run``).  Validation messages are Clang's.  Any error is one line on stderr (naming the file and
 byte offset for a damaged input), exit status 1, no traceback and no partial output.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ PROG: Final = "offload-bundler"
 _VALUE_OPTIONS: Final = frozenset({"type", "targets", "input", "inputs", "output", "outputs", "bundle-align",
                                    "compression-level"})
 _FLAG_OPTIONS: Final = frozenset({"unbundle", "list", "allow-missing-bundles", "compress", "verbose",
-                                  "hip-openmp-compatible", "check-input-archive", "help", "h", "version"})
+                                  "hip-openmp-compatible", "check-input-archive", "help", "h", "version", "###"})
 _TRUE: Final = {"": True, "true": True, "TRUE": True, "True": True, "1": True,
                 "false": False, "FALSE": False, "False": False, "0": False}
 
@@ -41,6 +42,7 @@ this tool if -unbundle is provided.
 USAGE: offload-bundler [options]
 
 OPTIONS:
+  --###                   - Print any external commands that are to be executed instead of actually executing them - for testing purposes.
   --allow-missing-bundles - Create empty files if bundles are missing when unbundling.
   --bundle-align=<uint>   - Alignment of bundle for binary files
   --check-input-archive   - Check if input heterogeneous archive is valid in terms of TargetID rules.
@@ -193,6 +195,17 @@ def _run(options: Options, env: Environment) -> int:
     verbose = options.flag("verbose") if options.given("verbose") else bool(env.verbose)
     compress = options.flag("compress") if options.given("compress") else bool(env.compress)
     unbundling = options.flag("unbundle")
+    # -###, as in clang-offload-bundler 19: the only external program either tool runs is llvm-objcopy,
+    # for object bundles (-type=o/a with an ELF host: adding the bundle sections when bundling, removing
+    # them for the host output when unbundling).  Those commands are printed on stderr, quoted as Clang
+    # prints them, instead of being run, and everything else is done as usual, so the outputs are what
+    # Clang leaves: device outputs written, the output objcopy would have made empty (or, bundling with
+    # -compress, the compressed form of nothing).  Other types run no command and print nothing.  What
+    # we print is the command *we* would run: the same program (LLVM 19's llvm-objcopy), arguments and
+    # inputs; only temporary files differ: Clang's /tmp/clang-offload-bundler-*.tmp against ours
+    # (<tmp>/offload-bundler-*/host-marker, and fat.o or host.o), and when bundling, objcopy writes our
+    # temporary rather than the output, which we then put in place atomically.
+    dry_run = options.flag("###")
     bundle_mod.check_file_type(file_type)
 
     if options.flag("list"):
@@ -225,9 +238,11 @@ def _run(options: Options, env: Environment) -> int:
                       hip_openmp_compatible=options.flag("hip-openmp-compatible"))
         if file_type == "a":
             bundle_mod.unbundle_archive(inputs[0], targets, outputs, **common,
-                                        check_input_archive=options.flag("check-input-archive"))
+                                        check_input_archive=options.flag("check-input-archive"),
+                                        print_external_commands=dry_run)
         else:
-            result = bundle_mod.unbundle(inputs[0], targets, outputs, file_type=file_type, **common)
+            result = bundle_mod.unbundle(inputs[0], targets, outputs, file_type=file_type, **common,
+                                         print_external_commands=dry_run)
             if verbose:
                 _report_stats(result.compression, compressing=False)
         return 0
@@ -252,7 +267,7 @@ def _run(options: Options, env: Environment) -> int:
                              f"argument!") from None
         compression = CompressionOptions(Method.ZSTD, level, env.version or 2)
     result = bundle_mod.bundle(inputs, targets, outputs[0], file_type=file_type, bundle_align=alignment,
-                               compression=compression)
+                               compression=compression, print_external_commands=dry_run)
     if verbose and result.compression is not None and compression is not None:
         _report_stats([result.compression], compressing=True, level=compression.effective_level)
     return 0

@@ -462,7 +462,12 @@ def find_llvm_objcopy() -> str:
     return _objcopy_path
 
 
-def _run_objcopy(args: list[str]) -> None:
+def _run_objcopy(args: list[str], *, print_only: bool = False) -> bool:
+    """Run ``llvm-objcopy args``; with ``print_only`` (``-###``) print the command instead, on standard
+    error and quoted as Clang's ``executeObjcopy`` prints it, and return False (nothing was run)."""
+    if print_only:
+        sys.stderr.write(f'"{find_llvm_objcopy()}"' + "".join(f' "{arg}"' for arg in args) + "\n")
+        return False
     import subprocess
 
     result = subprocess.run([find_llvm_objcopy(), *args], stdout=subprocess.DEVNULL,
@@ -470,15 +475,21 @@ def _run_objcopy(args: list[str]) -> None:
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or ["no message"])[-1]
         raise OffloadError(f"'llvm-objcopy' tool failed: {detail}")
+    return True
 
 
-def _strip_bundles(elf_path: str, out_fd: int) -> None:
-    """The host output of an object bundle: the object without its bundle sections (as Clang does)."""
+def _strip_bundles(elf_path: str, out_fd: int, *, print_only: bool = False) -> None:
+    """The host output of an object bundle: the object without its bundle sections (as Clang does).
+
+    ``print_only`` (``-###``): print the llvm-objcopy command and write nothing, so the host output
+    stays empty, as Clang 19 leaves it."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
         stripped = os.path.join(tmp, "host.o")
-        _run_objcopy(["--regex", f"--remove-section={MAGIC_STR}.*", "--", elf_path, stripped])
+        if not _run_objcopy(["--regex", f"--remove-section={MAGIC_STR}.*", "--", elf_path, stripped],
+                            print_only=print_only):
+            return
         with open(stripped, "rb") as src:
             copy_range(src.fileno(), 0, out_fd, os.fstat(src.fileno()).st_size)
 
@@ -632,13 +643,15 @@ class BundleResult:
 
 def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], output: str | os.PathLike[str],
            *, file_type: str, bundle_align: int = 1, compression: CompressionOptions | None = None,
-           llvm_version: int = 19) -> BundleResult:
+           llvm_version: int = 19, print_external_commands: bool = False) -> BundleResult:
     """Bundle ``inputs`` (one per target, in the same order) into ``output`` like clang-offload-bundler.
 
     ``targets`` are standardized and validated as Clang does (see
     :func:`~offload_builders.formats.bundle_id.validate_targets`).  ``compression`` wraps the bundle in
     a ``CCOB`` header (ignored for object bundles, as in Clang, whose llvm-objcopy step overwrites the
-    compressed output).
+    compressed output).  ``print_external_commands`` is ``-###``: the llvm-objcopy command an object
+    bundle needs is printed on standard error instead of run, and ``output`` is left as Clang 19 leaves
+    it then (empty, or the compressed form of nothing with ``compression``).
     """
     check_file_type(file_type)
     if file_type == "a":
@@ -659,8 +672,13 @@ def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], out
                 raise OffloadError("an object bundle (ELF input with -type=o) needs a host target; "
                                    "clang-offload-bundler 19 crashes here. Bundle a host-... target with "
                                    "/dev/null as its input to get the binary format instead")
-            _bundle_object(files, names, host_index, output, outputs)
-            return BundleResult(tuple(names), "object")
+            if _bundle_object(files, names, host_index, output, outputs, print_only=print_external_commands):
+                return BundleResult(tuple(names), "object")
+            # -###: Clang 19 has opened the output and compressed its (empty) contents before the
+            # llvm-objcopy step that would have overwritten them; that is what remains.
+            fd = outputs.create(output)
+            stats = CompressedWriter(fd, 0, compression).finish() if compression is not None else None
+            return BundleResult(tuple(names), "object", stats)
         fd = outputs.create(output)
         comment = TEXT_COMMENTS.get(file_type)
         if comment is None:
@@ -687,8 +705,11 @@ def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], out
 
 
 def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
-                   output: str | os.PathLike[str], outputs: Outputs) -> None:
-    """Add one section per entry to the host object with llvm-objcopy, exactly as Clang 19 does."""
+                   output: str | os.PathLike[str], outputs: Outputs, *, print_only: bool = False) -> bool:
+    """Add one section per entry to the host object with llvm-objcopy, exactly as Clang 19 does.
+
+    With ``print_only`` (``-###``) the command is printed, not run, nothing is written and the result
+    is False."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
@@ -701,10 +722,12 @@ def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
             args += [f"--add-section={MAGIC_STR}{name}={source}",
                      f"--set-section-flags={MAGIC_STR}{name}=readonly,exclude"]
         result_path = os.path.join(tmp, "fat.o")
-        _run_objcopy(args + ["--", files[host_index].path, result_path])
+        if not _run_objcopy(args + ["--", files[host_index].path, result_path], print_only=print_only):
+            return False
         fd = outputs.create(output)
         with open(result_path, "rb") as src:
             copy_range(src.fileno(), 0, fd, os.fstat(src.fileno()).st_size)
+    return True
 
 
 def list_bundle_ids(path: str | os.PathLike[str], *, file_type: str) -> list[str]:
@@ -723,10 +746,10 @@ class UnbundleResult:
     compression: tuple[CompressionStats, ...] = ()
 
 
-def _write_entry(part: BundlePart, entry: BundleEntry, fd: int) -> None:
+def _write_entry(part: BundlePart, entry: BundleEntry, fd: int, *, print_only: bool = False) -> None:
     if entry.host_object:
         assert part.elf_path is not None
-        _strip_bundles(part.elf_path, fd)
+        _strip_bundles(part.elf_path, fd, print_only=print_only)
     else:
         copy_range(*part.region_of(entry)[:2], fd, entry.size)
 
@@ -748,7 +771,7 @@ def _cant_find(names: Sequence[str]) -> str:
 
 def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Sequence[str | os.PathLike[str]],
              *, file_type: str, allow_missing_bundles: bool = False, hip_openmp_compatible: bool = False,
-             llvm_version: int = 19) -> UnbundleResult:
+             llvm_version: int = 19, print_external_commands: bool = False) -> UnbundleResult:
     """Extract one entry per target from ``input`` into the matching ``outputs``, as Clang 19 does.
 
     Entries are visited in Clang's order (hash order for binary bundles); each goes to the first
@@ -756,12 +779,15 @@ def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Seq
     several compatible entries we pick the same one Clang does.  A target nothing matches is an
     error ("Can't find bundles for ...") unless ``allow_missing_bundles``, which creates it empty;
     if nothing matched at all, the host target gets a copy of the input (how plain host objects pass
-    through an unbundling step).
+    through an unbundling step).  ``print_external_commands`` is ``-###``: the llvm-objcopy command that
+    strips an object bundle for its host output is printed on standard error instead of run, and that
+    output is left empty, as Clang 19 does.
     """
     check_file_type(file_type)
     if file_type == "a":
         return unbundle_archive(input, targets, outputs, allow_missing_bundles=allow_missing_bundles,
-                                hip_openmp_compatible=hip_openmp_compatible, llvm_version=llvm_version)
+                                hip_openmp_compatible=hip_openmp_compatible, llvm_version=llvm_version,
+                                print_external_commands=print_external_commands)
     if len(outputs) != len(targets):
         raise OffloadError("number of output files and targets should match in unbundling mode")
     ids = validate_targets(targets, bundling=False, llvm_version=llvm_version)
@@ -781,7 +807,7 @@ def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Seq
                 llvm_version=llvm_version)), None)
             if target is None:
                 continue
-            _write_entry(part, entry, fds[target])
+            _write_entry(part, entry, fds[target], print_only=print_external_commands)
             extracted[os.fspath(by_name[target][1])] = entry.id
             worklist.remove(target)
             found_host = found_host or code_object.is_host
@@ -874,13 +900,15 @@ class _OutMember:
 def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
                      outputs: Sequence[str | os.PathLike[str]], *, allow_missing_bundles: bool = False,
                      hip_openmp_compatible: bool = False, check_input_archive: bool = False,
-                     llvm_version: int = 19) -> UnbundleResult:
+                     llvm_version: int = 19, print_external_commands: bool = False) -> UnbundleResult:
     """Split a static library of bundles into one GNU archive per target, as Clang 19 does.
 
     Every entry of every member goes to *every* compatible target (in ``-targets`` order), named by
     :func:`archive_member_name`; compressed members are decompressed first.  A target with nothing
     compatible is an error, or an empty archive with ``allow_missing_bundles``.
     ``check_input_archive`` first rejects members whose IDs break the target-ID conflict rule.
+    ``print_external_commands`` (``-###``): a host entry of an object-bundle member is not stripped
+    with llvm-objcopy but the command printed, and the member is empty, as with Clang 19.
     """
     if len(outputs) != len(targets):
         raise OffloadError("number of output files and targets should match in unbundling mode")
@@ -910,7 +938,8 @@ def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
                     import tempfile
 
                     spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
-                    _strip_bundles(part.elf_path or _spool_region(part.region, stack), spool.fileno())
+                    _strip_bundles(part.elf_path or _spool_region(part.region, stack), spool.fileno(),
+                                   print_only=print_external_commands)
                     fd, offset, size = spool.fileno(), 0, os.fstat(spool.fileno()).st_size
                 else:
                     fd, offset, size = part.region_of(entry)

@@ -116,9 +116,9 @@ class CompressionStats:
         """The lines clang-offload-bundler 19 prints with ``-verbose`` (without timings)."""
         h = self.header
         rate = h.uncompressed_size / h.compressed_size if h.compressed_size else 0.0
-        ratio = 100.0 / rate if rate else 0.0
+        ratio = 100.0 / rate if rate else float("inf")  # C's 100.0 / 0.0, printed "inf" by %.2lf
         method = "zstd" if h.method is Method.ZSTD else "zlib"
-        digest = f"{int.from_bytes(h.hash, 'little'):#018x}"
+        digest = f"{int.from_bytes(h.hash, 'little'):#016x}"  # llvm::format_hex(hash, 16): "0x" counts
         if compressing:
             return [f"Compressed bundle format version: {h.version}",
                     f"Total file size (including headers): {h.total_size:,} bytes",
