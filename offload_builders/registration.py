@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Union
+from types import ModuleType
+from typing import Final, Union
 
 from llvmlite import ir
 
@@ -48,9 +49,6 @@ from offload_builders.formats.offload_binary import (
     kind_table,
     parse_offload_binary,
 )
-
-if TYPE_CHECKING:
-    import llvmlite.binding
 
 __all__ = [
     "CUDA",
@@ -86,7 +84,7 @@ NV_FATBIN_MAGIC: Final = b"\x50\xed\x55\xba"
 _BUNDLE_MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
 _CCOB_MAGIC: Final = b"CCOB"
 
-Path = Union[str, "os.PathLike[str]"]
+PathArg = Union[str, "os.PathLike[str]"]
 
 _I16 = ir.IntType(16)
 _I32 = ir.IntType(32)
@@ -339,7 +337,7 @@ def openmp_module(images: Sequence[bytes], *, llvm_version: int = 19,
     return module
 
 
-def openmp_image_binary(image: bytes | Path, *, triple: str, arch: str, llvm_version: int = 19) -> bytes:
+def openmp_image_binary(image: bytes | PathArg, *, triple: str, arch: str, llvm_version: int = 19) -> bytes:
     """One linked device image as clang-linker-wrapper's ``bundleOpenMP`` wraps it before embedding.
 
     An OffloadBinary with image kind ``IMG_Object``, offload kind ``openmp`` and the strings ``triple``
@@ -540,10 +538,12 @@ def hip_module(fatbin: bytes, *, llvm_version: int = 19, host_triple: str = DEFA
 # Compiling
 
 
-_BINDING: "llvmlite.binding | None" = None
+_BINDING: ModuleType | None = None
 
 
-def _binding():  # -> the llvmlite.binding module, with the targets registered once
+def _binding() -> ModuleType:
+    """``llvmlite.binding``, imported on first use (building modules does not need it) with every target
+    and assembly printer registered once."""
     global _BINDING
     if _BINDING is None:
         import llvmlite.binding as llvm
@@ -595,11 +595,66 @@ def _codegen_text(module: ir.Module) -> str:
     return f'source_filename = "{module.name}"\n{text}'
 
 
+def _detach_blobs(module: ir.Module) -> list[tuple[ir.GlobalVariable, ir.Constant]]:
+    """Swap every non-private byte-array initializer for ``zeroinitializer``; return what to restore.
+
+    Printing a 100 MB image as ``c"..."`` text and having LLVM parse it back costs seconds; compiling
+    zeros of the same size costs nothing, and the bytes are then written into the object where the
+    zeros are (:func:`_patch_blobs`).  A constant with an explicit section never goes to ``.bss``, so the
+    zeros are really in the file.
+    """
+    detached = []
+    for value in module.global_values:
+        if not isinstance(value, ir.GlobalVariable) or value.linkage == "private":
+            continue
+        init = value.initializer
+        if (isinstance(init, ir.Constant) and isinstance(init.constant, (bytes, bytearray)) and len(init.constant)
+                and value.global_constant and value.section):
+            detached.append((value, init))
+            _set_initializer(value, ir.Constant(init.type, None))
+    return detached
+
+
+def _set_initializer(value: ir.GlobalVariable, init: ir.Constant) -> None:
+    value.initializer = init
+    # llvmlite caches a value's printed form: drop it, or the old initializer would be printed again.
+    clear = getattr(value, "_clear_string_cache", None)
+    if clear is not None:
+        clear()
+
+
+def _patch_blobs(obj: bytes, blobs: Sequence[tuple[str, bytes]]) -> bytes:
+    """Write each ``(symbol, bytes)`` over the zeros its symbol covers in the object file."""
+    if not blobs:
+        return obj
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(obj))
+    symtab = elf.get_section_by_name(".symtab")
+    out = bytearray(obj)
+    for name, data in blobs:
+        symbols = symtab.get_symbol_by_name(name) if symtab is not None else None
+        if not symbols or len(symbols) != 1:
+            raise OffloadError(f"internal error: the object has no single symbol {name!r} to place its bytes at")
+        symbol = symbols[0]
+        section = elf.get_section(symbol["st_shndx"])
+        start = section["sh_offset"] + symbol["st_value"]
+        if (section["sh_type"] == "SHT_NOBITS" or symbol["st_size"] != len(data)
+                or symbol["st_value"] + len(data) > section["sh_size"] or any(out[start:start + len(data)])):
+            raise OffloadError(f"internal error: {name!r} is not a zero-filled {len(data)}-byte range in the object")
+        out[start:start + len(data)] = data
+    return bytes(out)
+
+
 def compile_module(module: ir.Module, host_triple: str) -> bytes:
     """Compile a wrapper module to a relocatable object, as ``compileModule`` in the linker wrapper does.
 
     Code generation only (no IR passes), position-independent (``Reloc::PIC_``), default code model and
-    the default optimization level (2); the data layout is the target machine's.
+    the default optimization level (2); the data layout is the target machine's.  Images go into the
+    object directly rather than through LLVM's text parser (see :func:`_detach_blobs`); ``module`` is
+    left as it was (but should not be printed by another thread meanwhile).
     """
     llvm = _binding()
     _check_host_triple(host_triple)
@@ -608,11 +663,17 @@ def compile_module(module: ir.Module, host_triple: str) -> bytes:
     except RuntimeError as exc:
         raise OffloadError(f"no LLVM target for host triple {host_triple!r}: {exc}") from None
     machine = target.create_target_machine(cpu="", features="", opt=2, reloc="pic", codemodel="default")
-    parsed = llvm.parse_assembly(_codegen_text(module), context=llvm.create_context())
+    detached = _detach_blobs(module)
+    try:
+        text = _codegen_text(module)
+    finally:
+        for value, init in detached:
+            _set_initializer(value, init)
+    parsed = llvm.parse_assembly(text, context=llvm.create_context())
     parsed.triple = host_triple
     parsed.data_layout = str(machine.target_data)
     parsed.verify()
-    return machine.emit_object(parsed)
+    return _patch_blobs(machine.emit_object(parsed), [(value.name, bytes(init.constant)) for value, init in detached])
 
 
 def wrap(kind: str, payload: Sequence[bytes] | bytes, *, llvm_version: int = 19,
@@ -657,7 +718,7 @@ def cuda_fatbinary_command(fatbinary: str, images: Sequence[tuple[str, str]], ou
     return command
 
 
-def hip_fatbinary(images: Sequence[tuple[str, bytes | Path]], *, compress: int | bool | None = None,
+def hip_fatbinary(images: Sequence[tuple[str, bytes | PathArg]], *, compress: int | bool | None = None,
                   offload_kind: str = "hipv4", host_target: str = "host-x86_64-unknown-linux",
                   llvm_version: int = 19) -> bytes:
     """A HIP fatbinary: the offload bundle the HIP runtime unpacks, ``(target ID, code object)`` per image.

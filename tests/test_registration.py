@@ -700,6 +700,20 @@ def test_bad_wrap_arguments(omp_x86: OmpBuild, cuda22: GpuBuild) -> None:
         reg.openmp_image_binary(b"x", triple="", arch="")
 
 
+def test_large_images_are_placed_byte_for_byte(tmp_path: Path) -> None:
+    """Images reach the object without a trip through LLVM's text parser; the module is left unchanged."""
+    image = os.urandom(8 << 20)
+    binaries = [reg.openmp_image_binary(image, triple="amdgcn-amd-amdhsa", arch="gfx90a"),
+                reg.openmp_image_binary(image[:1001], triple=X86, arch="")]
+    module = reg.openmp_module(binaries)
+    before = str(module)
+    obj = reg.compile_module(module, X86)
+    assert str(module) == before
+    assert section_data(obj, ".llvm.offloading") == b"".join(binaries)
+    fatbin = reg.hip_fatbinary([("gfx90a", image)])
+    assert section_data(reg.wrap("hip", fatbin), ".hip_fatbin") == fatbin
+
+
 def test_modules_are_independent() -> None:
     """Each module has its own type context: building many in one process never clashes."""
     first = reg.openmp_module([])
