@@ -132,7 +132,7 @@ def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
             continue
         with open(path, "rb") as f:
             kind = identify(f.read(64))
-        if kind is ContainerKind.ELF_SHARED_OBJECT:
+        if kind is ContainerKind.ELF_SHARED_OBJECT or not _may_hold_offload_code(path):
             continue
         found = extract_offload_binaries(path, include_shared_objects=False)
         archive = kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE)
@@ -143,6 +143,20 @@ def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
         else:
             scanned.objects.append(InputObject(path, found, _has_offload_entries(path, kind)))
     return scanned
+
+
+_OFFLOAD_MARKERS = (b".llvm.offloading", b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
+
+
+def _may_hold_offload_code(path: str) -> bool:
+    """A quick byte search that rules out most host libraries (libgcc.a has hundreds of members).
+
+    An ELF file with offload data names its ``.llvm.offloading`` section in its string table; bitcode may
+    encode the name in ways a byte search cannot see, so any file holding bitcode is scanned in full.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return any(marker in data for marker in _OFFLOAD_MARKERS)
 
 
 def _has_offload_entries(path: str, kind: ContainerKind) -> bool:
