@@ -389,3 +389,16 @@ def test_target_without_any_device_code_is_a_warning(project):
     build = project.scons("archs=x86_64")
     assert "no device code for x86_64" in build.output and "warning" in build.output.lower()
     assert project.run_program().returncode == 0
+
+
+def test_deployment_devices_are_checked_at_link_time(project):
+    """Each listed device must find an image it can load, or the link fails and leaves no program."""
+    (project.root / "SConstruct").write_text(project.root.joinpath("SConstruct").read_text().replace(
+        'SConscript(', 'env["OFFLOAD_DEPLOY_DEVICES"] = ARGUMENTS.get("deploy", "").split(",")\nSConscript('))
+    assert project.scons("archs=x86_64,gfx90a:xnack+", "deploy=gfx90a:sramecc+:xnack+").count("LINK") == 1
+    failed = project.scons("archs=x86_64,gfx90a:xnack+", "deploy=gfx90a:sramecc+:xnack+,gfx90a:xnack-", check=False)
+    assert failed.returncode != 0 and "not deployable" in failed.output and "xnack" in failed.output
+    assert "Traceback" not in failed.output
+    assert not (project.root / "build" / "prog").exists()
+    bad = project.scons("archs=x86_64", "deploy=gfx9999", check=False)
+    assert bad.returncode != 0 and "OFFLOAD_DEPLOY_DEVICES" in bad.output and bad.commands == []

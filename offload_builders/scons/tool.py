@@ -57,6 +57,7 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_EMBEDCOM": "$_OFFLOAD_EMBED_CC1",
     "OFFLOAD_DEVICE_LINKFLAGS": ["-O2"],
     "OFFLOAD_TARGET_LINKFLAGS": {},
+    "OFFLOAD_DEPLOY_DEVICES": [],  # e.g. ["gfx90a:sramecc+:xnack-", "sm_90"]: each must find an image
     "OFFLOAD_DEVICELINKCOM": "$_OFFLOAD_DEVICE_LINK_CMD",
     "OFFLOAD_LINKCOM": (
         "$OFFLOAD_CXX -o ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $_OFFLOAD_WRAPPER_OBJECT $OFFLOAD_LINKFLAGS"
@@ -473,6 +474,27 @@ _DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=_function_phase(
 _WRAP_BUILDER = SCons.Builder.Builder(action=_function_phase("WRAP"))
 
 
+def _deploy_devices(env) -> list[str]:
+    value = env.get("OFFLOAD_DEPLOY_DEVICES") or []
+    return [env.subst(d) for d in ([value] if isinstance(value, str) else SCons.Util.flatten(value)) if d]
+
+
+def _check_deployment(target, source, env) -> int:
+    """Fail the link when a deployment device would find no image it can load (see ``offload-select``)."""
+    devices = _deploy_devices(env)
+    if not devices:
+        return 0
+    from offload_builders.selection import check_deployment
+
+    try:
+        problems = check_deployment(_partial(env, target[0]), devices, llvm_version=_toolchain(env).major)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    if problems:
+        raise SCons.Errors.BuildError(node=target[0], errstr=f"{target[0]}: not deployable: " + "; ".join(problems))
+    return 0
+
+
 def _check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
     toolchain = _toolchain(env)
     try:
@@ -491,6 +513,16 @@ def _program_emitter(target, source, env):
     targets = selected_targets(env)
     _check_tools_for(env, targets)
     _check_link_tools_for(env, targets)
+    devices = _deploy_devices(env)
+    if devices:
+        from offload_builders.selection import parse_device
+
+        try:
+            for device in devices:
+                name, *capabilities = device.replace(";", " ").split()
+                parse_device(name, capabilities)
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"OFFLOAD_DEPLOY_DEVICES: {error}") from None
     program = target[0]
     stem, directory = program.name, program.dir
     inputs = list(source) + _static_libraries(env) + [_device_runtime(env)]
@@ -556,7 +588,12 @@ def generate(env, **kwargs: Any) -> None:
         src_builder="OffloadObject",
     )
     env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
-        action=_phase_action("LINK"),
+        action=SCons.Action.ListAction([
+            _REMOVE_STALE,
+            SCons.Action.Action("$OFFLOAD_LINKCOM", "$OFFLOAD_LINKCOMSTR"),
+            SCons.Action.Action(_check_deployment, None, varlist=["OFFLOAD_DEPLOY_DEVICES"]),
+            _COMMIT,
+        ]),
         emitter=_program_emitter,
         prefix="$PROGPREFIX",
         suffix="$PROGSUFFIX",
