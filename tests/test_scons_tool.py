@@ -43,6 +43,8 @@ SCONSTRUCT = textwrap.dedent("""
         env.Append(LINKFLAGS=ARGUMENTS["linkflags"].split())
     if ARGUMENTS.get("ccflags"):
         env.Append(CCFLAGS=ARGUMENTS["ccflags"].split())
+    if ARGUMENTS.get("package_tool"):
+        env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"
     if ARGUMENTS.get("cache"):
         CacheDir(ARGUMENTS["cache"])
     SConscript("src/SConscript", variant_dir="build", duplicate=False, exports="env")
@@ -402,3 +404,12 @@ def test_deployment_devices_are_checked_at_link_time(project):
     assert not (project.root / "build" / "prog").exists()
     bad = project.scons("archs=x86_64", "deploy=gfx9999", check=False)
     assert bad.returncode != 0 and "OFFLOAD_DEPLOY_DEVICES" in bad.output and bad.commands == []
+
+
+def test_in_process_package_is_byte_identical_to_clang_offload_packager(project):
+    project.scons("archs=x86_64,sm_80,gfx90a:xnack+")
+    ours = {p.name: p.read_bytes() for p in (project.root / "build").glob("*.offload.pkg")}
+    rebuilt = project.scons("archs=x86_64,sm_80,gfx90a:xnack+", "package_tool=1")
+    assert rebuilt.count("PACKAGE") == 2 and rebuilt.count("DEVICE") == 0
+    theirs = {p.name: p.read_bytes() for p in (project.root / "build").glob("*.offload.pkg")}
+    assert len(ours) == 2 and ours == theirs

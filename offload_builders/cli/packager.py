@@ -27,6 +27,7 @@ from offload_builders.formats.offload_binary import (
     OffloadingImage,
     kind_table,
     packager_arguments,
+    packager_images,
     write_offload_binaries,
 )
 
@@ -151,38 +152,21 @@ def _spool_stdin() -> str:
     return path
 
 
-def _llvm_extension(path: str) -> str:
-    """``sys::path::extension(path).drop_front()``: text after the last '.' of the file name."""
-    name = path.rsplit("/", 1)[-1] or "."
-    if name in (".", ".."):
-        return ""
-    dot = name.rfind(".")
-    return "" if dot < 0 else name[dot + 1:]
-
-
 def _bundle(opts: _Options, table: KindTable) -> None:
     temporaries: list[str] = []
     try:
+        def resolve(name: str) -> str:
+            if name != "-":
+                return name
+            temporaries.append(_spool_stdin())
+            return temporaries[-1]
+
         images: list[OffloadingImage] = []
         for spec in opts.images:
-            pairs = packager_arguments(spec)
-            values = dict(pairs)
-            if "triple" not in values or "file" not in values:
-                raise _Fail("'file' and 'triple' are required image arguments")
-            strings = tuple((k, v) for k, v in pairs if k not in ("file", "kind"))
-            offload_kind = table.offload_value_for_name(values["kind"]) if "kind" in values else 0
-            for name in values["file"].split(","):
-                path = name
-                if name == "-":
-                    path = _spool_stdin()
-                    temporaries.append(path)
-                with open(path, "rb") as f:
-                    magic = f.read(4)
-                if magic == b"BC\xc0\xde" or magic == b"\xde\xc0\x17\x0b":
-                    image_kind = 2  # IMG_Bitcode, whatever the extension (Clang names LTO bitcode ".o")
-                else:
-                    image_kind = table.image_value_for_extension(_llvm_extension(name))
-                images.append(OffloadingImage(path, image_kind, offload_kind, 0, strings))
+            try:
+                images.extend(packager_images(spec, table, resolve))
+            except ValueError as error:
+                raise _Fail(str(error)) from None
         write_offload_binaries(images, opts.output or "")
     finally:
         for path in temporaries:

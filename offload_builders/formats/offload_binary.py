@@ -37,7 +37,7 @@ import errno
 import os
 import stat
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Union
 
@@ -916,6 +916,41 @@ def encode_offload_binary(image: OffloadingImage) -> bytes:
             payload = f.read()
     prefix, pad = offload_binary_prefix(image, len(payload))
     return prefix + payload + bytes(pad)
+
+
+def _llvm_extension(path: str) -> str:
+    """``sys::path::extension(path).drop_front()``: text after the last '.' of the file name."""
+    name = path.rsplit("/", 1)[-1] or "."
+    if name in (".", ".."):
+        return ""
+    dot = name.rfind(".")
+    return "" if dot < 0 else name[dot + 1:]
+
+
+def packager_images(spec: str, table: "KindTable", resolve: Callable[[str], str] = lambda name: name
+                    ) -> list[OffloadingImage]:
+    """The images one ``clang-offload-packager --image=<spec>`` packages, as the packager builds them.
+
+    ``resolve`` maps a ``file=`` name to the path to read (the CLI spools ``-`` from standard input).
+    Bitcode is recognised by its magic whatever the extension (Clang names LTO bitcode ``.o``).
+    """
+    pairs = packager_arguments(spec)
+    values = dict(pairs)
+    if "triple" not in values or "file" not in values:
+        raise ValueError("'file' and 'triple' are required image arguments")
+    strings = tuple((k, v) for k, v in pairs if k not in ("file", "kind"))
+    offload_kind = table.offload_value_for_name(values["kind"]) if "kind" in values else 0
+    images = []
+    for name in values["file"].split(","):
+        path = resolve(name)
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic in (b"BC\xc0\xde", b"\xde\xc0\x17\x0b"):
+            image_kind = table.image_values[ImageKind.BITCODE]
+        else:
+            image_kind = table.image_value_for_extension(_llvm_extension(name))
+        images.append(OffloadingImage(path, image_kind, offload_kind, 0, strings))
+    return images
 
 
 def write_offload_binaries(images: Iterable[OffloadingImage], output: str | os.PathLike[str]) -> int:

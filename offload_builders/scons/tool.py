@@ -53,7 +53,6 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_HOSTCOM": "$_OFFLOAD_HOST_CC1",
     "OFFLOAD_DEVICECOM": "$_OFFLOAD_DEVICE_CC1",
     "OFFLOAD_ASSEMBLECOM": "$_OFFLOAD_ASSEMBLE_CMD",
-    "OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD",
     "OFFLOAD_EMBEDCOM": "$_OFFLOAD_EMBED_CC1",
     "OFFLOAD_DEVICE_LINKFLAGS": ["-O2"],
     "OFFLOAD_TARGET_LINKFLAGS": {},
@@ -193,6 +192,21 @@ def _package_cmd(target, source, env, for_signature):
     return _model(env).package_command(images, _partial(env, target[0]))
 
 
+def _package_in_process(target, source, env) -> int:
+    """The package step without a process: our OffloadBinary writer, byte-identical to the packager's
+    output for the very ``--image=`` specs the driver would pass it (``$_OFFLOAD_PACKAGE_CMD`` runs the tool)."""
+    from offload_builders.formats.offload_binary import kind_table, packager_images, write_offload_binaries
+
+    command = _package_cmd(target, source, env, False)
+    table = kind_table(_toolchain(env).major)
+    images = []
+    for arg in command:
+        if str(arg).startswith("--image="):
+            images.extend(packager_images(str(arg)[len("--image="):], table))
+    write_offload_binaries(images, _partial(env, target[0]))
+    return 0
+
+
 @_guarded
 def _embed_cc1(target, source, env, for_signature):
     """The object's source is the original source; the emitter recorded its host bitcode and package."""
@@ -246,7 +260,11 @@ def _phase_action(phase: str) -> SCons.Action.ListAction:
 _HOST_BUILDER = SCons.Builder.Builder(action=_phase_action("HOST"), source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
 _DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True)
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"))
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
+    _REMOVE_STALE,
+    SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR", varlist=["_OFFLOAD_PACKAGE_TARGETS"]),
+    _COMMIT,
+]))
 
 
 def _check_tools_for(env, targets: Sequence[TargetID]) -> None:
@@ -567,6 +585,7 @@ def generate(env, **kwargs: Any) -> None:
     env["_OFFLOAD_TARGET_LINKFLAGS"] = _target_link_flags
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
     env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime
+    _set_default(env, "OFFLOAD_PACKAGECOM", _package_in_process)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
     _set_default(env, "OFFLOAD_EXTRACTCOM", _extract_device_inputs)
     _set_default(env, "OFFLOAD_WRAPCOM", _wrap_images)
     env["_OFFLOAD_RPATH"] = _rpath
