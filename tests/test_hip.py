@@ -7,6 +7,9 @@
   and links one code object per source and nothing else device-side.
 * Code objects carry the ELF flags of their target ID's features; a conflicting target list stops the
   build before anything compiles.
+* An RDC program (``scons rdc=1 program=1``) links through our nodes, with no clang-linker-wrapper: its
+  ``.hip_fatbin`` holds the entries and code objects (same symbols) that Clang's one-command link
+  embeds, and against a stub HIP runtime it registers every kernel and variable once.
 """
 from __future__ import annotations
 
@@ -40,7 +43,8 @@ BASE_ARCHS = "gfx90a:xnack+,gfx942"
 SAMPLE_FLAGS = ("-O2", "-Iinclude", "-nogpulib", "-nogpuinc")
 #: The sample's COMSTR labels -> phase.
 LABELS = {"device compile": "DEVICE", "device link": "DEVICELINK", "fat binary": "BUNDLE",
-          "offload binary": "PACKAGE", "host compile": "HOST", "archive": "AR"}
+          "offload binary": "PACKAGE", "host compile": "HOST", "archive": "AR", "device inputs": "EXTRACT",
+          "wrapper": "WRAP", "link": "LINK"}
 
 #: EF_AMDGPU_MACH_* values (llvm/include/llvm/BinaryFormat/ELF.h) and the v4 feature fields.
 MACH = {"gfx906": 0x2F, "gfx908": 0x30, "gfx90a": 0x3F, "gfx942": 0x4C}
@@ -271,81 +275,145 @@ def test_bad_target_lists_stop_the_build_before_any_compile(sample, archs, messa
     assert not (sample.root / "build").exists() or not any((sample.root / "build").iterdir())
 
 
-def test_linking_rdc_objects_is_refused_until_the_linker_wrapper_drives_it(tmp_path):
-    root = tmp_path / "rdc"
-    shutil.copytree(REPO_ROOT / "sample_project" / "hip", root, ignore=shutil.ignore_patterns("build", ".sconsign*"))
-    (root / "src" / "SConscript").write_text(textwrap.dedent("""
-        Import("env")
-        env.OffloadProgram("prog", ["saxpy.hip"])
-    """))
-    done = subprocess.run([SCONS, "-Q", "rdc=1"], cwd=root, capture_output=True, text=True)
-    assert done.returncode != 0 and "needs the offload linker wrapper" in done.stdout + done.stderr
-
-
-#: A stand-in for the HIP runtime (libamdhip64): the entry points the objects call, printing what the
-#: module constructors register, so the program shows its embedded fat binaries without a GPU.
-STUB_RUNTIME = r"""
-#include <cstdio>
-#include <cstring>
-struct dim3 { unsigned x, y, z; };
-struct FatbinWrapper { unsigned magic, version; const char *binary; void *unused; };
-extern "C" {
-void **__hipRegisterFatBinary(const FatbinWrapper *w) {
-  static void *handle;
-  unsigned long long entries = 0;
-  std::memcpy(&entries, w->binary + 24, sizeof entries);
-  std::printf("fatbin magic=%08x version=%u %.24s entries=%llu\n", w->magic, w->version, w->binary, entries);
-  return &handle;
-}
-void __hipRegisterFunction(void **, const void *, char *, const char *name, int, void *, void *, void *, void *,
-                           int *) { std::printf("kernel %s\n", name); }
-void __hipRegisterVar(void **, void *, char *, const char *name, int, unsigned long, int, int) {
-  std::printf("variable %s\n", name);
-}
-void __hipUnregisterFatBinary(void **) {}
-static dim3 pushed_grid, pushed_block;
-unsigned __hipPushCallConfiguration(dim3 grid, dim3 block, unsigned long, void *) {
-  pushed_grid = grid, pushed_block = block;
-  return 0;
-}
-int __hipPopCallConfiguration(dim3 *grid, dim3 *block, unsigned long *shared, void **stream) {
-  *grid = pushed_grid, *block = pushed_block, *shared = 0, *stream = nullptr;
-  return 0;
-}
-int hipLaunchKernel(const void *, dim3 grid, dim3 block, void **, unsigned long, void *) {
-  std::printf("launch grid=%u block=%u\n", grid.x, block.x);
-  return 0;
-}
-}
-"""
-
-MAIN = r"""
-#include "kernels.h"
-int main() {
-  launch_saxpy(1000, 2.0f, nullptr, nullptr, nullptr);
-  launch_stencil(1000, nullptr, nullptr, nullptr);
-}
-"""
-
-
 def test_a_non_rdc_program_links_and_registers_its_fat_binaries(sample):
     """OffloadProgram links the fat objects as plain host objects; a stub runtime shows what they register."""
-    (sample.root / "src" / "stub_runtime.cpp").write_text(STUB_RUNTIME)
-    (sample.root / "src" / "main.cpp").write_text(MAIN)
-    (sample.root / "src" / "SConscript").write_text(textwrap.dedent("""
-        Import("env")
-        host = env.Clone(CXX=env["OFFLOAD_CXX"])  # main.cpp includes the HIP header: compile it as host-only HIP
-        main = host.Object("main.cpp", CXXFLAGS=["-x", "hip", "-nogpuinc", "--offload-host-only"])
-        Default(env.OffloadProgram("prog", ["saxpy.hip", "stencil.hip", main, host.Object("stub_runtime.cpp")]))
-    """))
-    build = sample.scons(f"offload_archs={BASE_ARCHS}")
-    assert build.by_phase["HOST"] == 2
+    build = sample.scons(f"offload_archs={BASE_ARCHS}", "program=1")
+    assert build.by_phase["HOST"] == 2 and build.by_phase["LINK"] == 1
+    assert "EXTRACT" not in build.by_phase and "WRAP" not in build.by_phase
     run = subprocess.run([str(sample.root / "build" / "prog")], capture_output=True, text=True, check=True)
     lines = run.stdout.splitlines()
     assert lines.count("fatbin magic=48495046 version=1 __CLANG_OFFLOAD_BUNDLE__ entries=3") == 2
     assert sorted(line for line in lines if line.startswith(("kernel", "variable"))) == [
         "kernel _Z5saxpyifPKfPf", "kernel _Z7stenciliPKfPf", "variable blocks_done", "variable coefficients"]
     assert lines[-2:] == ["launch grid=4 block=256", "launch grid=8 block=128"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The link side of RDC mode: clang-linker-wrapper's steps as our nodes
+# --------------------------------------------------------------------------------------------------
+RDC_SOURCES = ("saxpy", "stencil", "scale", "rescale")
+
+
+def _bundle_entries(data: bytes) -> list[tuple[str, bytes]]:
+    """(ID, code object) of each entry of an uncompressed offload bundle, in file order."""
+    assert data[:24] == b"__CLANG_OFFLOAD_BUNDLE__"
+    (count,), pos, entries = struct.unpack_from("<Q", data, 24), 32, []
+    for _ in range(count):
+        offset, size, length = struct.unpack_from("<QQQ", data, pos)
+        entries.append((data[pos + 24:pos + 24 + length].decode(), data[offset:offset + size]))
+        pos += 24 + length
+    return entries
+
+
+def _defined_symbols(llvm19, code_object: bytes, scratch: Path) -> set[tuple[str, str, int]]:
+    """(name, nm type, size) of every defined symbol but the linker's own _DYNAMIC."""
+    scratch.write_bytes(code_object)
+    listing = subprocess.run([str(llvm19("llvm-nm")), "--defined-only", "-S", str(scratch)],
+                             check=True, capture_output=True, text=True).stdout
+    symbols = set()
+    for line in listing.splitlines():
+        _address, size, kind, name = line.split()
+        if name != "_DYNAMIC":
+            symbols.add((name, kind, int(size, 16)))
+    return symbols
+
+
+def test_an_rdc_program_links_through_our_nodes_and_registers_each_kernel_once(sample, llvm19):
+    build = sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1", "linkflags=-v")
+    assert build.by_phase == {"DEVICE": 8, "PACKAGE": 4, "HOST": 4, "AR": 1, "EXTRACT": 2, "DEVICELINK": 2,
+                              "WRAP": 1, "LINK": 1}
+    assert sorted(target for phase, target in build.commands if phase == "DEVICELINK") == [
+        "build/prog.gfx90a_xnack+.hsaco", "build/prog.gfx942.hsaco"]
+    # The host link is the driver's plain link (its -v output): the wrapper object in, no linker wrapper.
+    assert "clang-linker-wrapper" not in build.output and "clang-offload-bundler" not in build.output
+    host_links = [line for line in build.output.splitlines()
+                  if line.split()[:1] and os.path.basename(line.split()[0].strip('"')) in ("ld", "ld.lld")]
+    assert len(host_links) == 1 and "-o build/prog.partial build/" not in host_links[0], build.output
+    assert " build/prog.offload.wrapper.o " in host_links[0] and " build/saxpy.o " in host_links[0]
+
+    program = sample.root / "build" / "prog"
+    segment = _section(llvm19, program, ".hipFatBinSegment")
+    assert struct.unpack_from("<II", segment) == (0x48495046, 1)
+    lines = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout.splitlines()
+    # One fat binary for the whole program (the objects register nothing themselves), each entry once.
+    assert [line for line in lines if line.startswith("fatbin")] == [
+        "fatbin magic=48495046 version=1 __CLANG_OFFLOAD_BUNDLE__ entries=3"]
+    assert sorted(line for line in lines if line.startswith(("kernel", "variable", "surface", "texture"))) == [
+        "kernel _Z5saxpyifPKfPf", "kernel _Z7rescaleiPf", "kernel _Z7stenciliPKfPf", "variable blocks_done",
+        "variable coefficients", "variable scale_factor"]
+    assert lines[-3:] == ["launch grid=4 block=256", "launch grid=8 block=128", "launch grid=16 block=64"]
+
+
+def test_the_rdc_program_embeds_what_clangs_one_command_link_embeds(sample, llvm19):
+    """Entries (IDs, in order) and code objects against ``clang++ -fgpu-rdc --offload-new-driver`` linking
+    the same objects. The code objects have the same symbols, kinds and sizes, and the same instructions,
+    but are not byte-identical: the wrapper runs LTO in-process and links the result with ld.lld, we let
+    ld.lld run the LTO (``-flto``), and lld's LTO always emits a section per function (lld/ELF/LTO.cpp), so
+    the kernels sit 0x400 bytes further into ``.text`` and addresses and pc-relative offsets differ."""
+    sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1")
+    build = sample.root / "build"
+    reference = sample.root / "reference"
+    subprocess.run([str(llvm19("clang++")), "-fgpu-rdc", "--offload-new-driver",
+                    *(f"--offload-arch={tid}" for tid in BASE_ARCHS.split(",")),
+                    *(str(build / f"{stem}.o") for stem in (*RDC_SOURCES, "main", "stub_runtime")),
+                    "-o", str(reference)], check=True, capture_output=True)
+    ours = _bundle_entries(_section(llvm19, build / "prog", ".hip_fatbin"))
+    theirs = _bundle_entries(_section(llvm19, reference, ".hip_fatbin"))
+    ids = ["host-x86_64-unknown-linux--", "hip-amdgcn-amd-amdhsa--gfx942", "hip-amdgcn-amd-amdhsa--gfx90a:xnack+"]
+    assert [entry for entry, _ in ours] == [entry for entry, _ in theirs] == ids
+    for (entry, code_object), (_, clangs) in zip(ours[1:], theirs[1:]):
+        tid = parse_target_id(entry.rpartition("--")[2])
+        assert code_object == (build / f"prog.{tid.file_token}.hsaco").read_bytes()
+        assert code_object[48:52] == clangs[48:52]  # e_flags: processor and features
+        symbols = _defined_symbols(llvm19, code_object, sample.root / "ours.co")
+        assert symbols == _defined_symbols(llvm19, clangs, sample.root / "clangs.co")
+        assert {name for name, kind, _ in symbols if kind == "T"} == {
+            "_Z5saxpyifPKfPf", "_Z7stenciliPKfPf", "_Z7rescaleiPf"}
+
+
+def test_adding_a_target_id_links_one_more_code_object(sample):
+    sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1")
+    assert sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1").commands == []
+    added = sample.scons("offload_archs=gfx90a:xnack+,gfx90a:xnack-,gfx942", "rdc=1", "program=1")
+    # The objects gain a device compile each; every target's device files are selected again (the
+    # objects changed), but only the new target's are new, so only its code object is linked.
+    assert added.by_phase == {"DEVICE": 4, "PACKAGE": 4, "HOST": 4, "AR": 1, "EXTRACT": 3, "DEVICELINK": 1,
+                              "WRAP": 1, "LINK": 1}
+    assert [target for phase, target in added.commands if phase == "DEVICELINK"] == ["build/prog.gfx90a_xnack-.hsaco"]
+    assert sample.scons("offload_archs=gfx942,gfx90a:xnack-,gfx90a:xnack+", "rdc=1", "program=1").commands == []
+    lines = subprocess.run([str(sample.root / "build" / "prog")], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert "fatbin magic=48495046 version=1 __CLANG_OFFLOAD_BUNDLE__ entries=4" in lines
+
+
+def test_a_compressed_rdc_fat_binary_only_wraps_and_links_again(sample, llvm19):
+    """Clang 19 cannot do this one itself: its driver hands the wrapper ``-compress``, which the wrapper does
+    not know and passes on to the host linker (``ld: unrecognized option '-compress'``)."""
+    sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1")
+    compressed = sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1", "compress=2")
+    assert compressed.by_phase == {"WRAP": 1, "LINK": 1}
+    fatbin = sample.root / "prog.hipfb"
+    fatbin.write_bytes(_section(llvm19, sample.root / "build" / "prog", ".hip_fatbin"))
+    assert fatbin.read_bytes()[:6] == b"CCOB\x02\x00"
+    unbundled = sample.root / "gfx942.co"
+    subprocess.run([str(llvm19("clang-offload-bundler")), "-unbundle", "-type=o", f"-input={fatbin}",
+                    "-targets=hip-amdgcn-amd-amdhsa--gfx942", f"-output={unbundled}"], check=True)
+    assert unbundled.read_bytes() == (sample.root / "build" / "prog.gfx942.hsaco").read_bytes()
+
+
+def test_an_object_without_code_for_a_linked_target_stops_the_link(sample):
+    (sample.root / "src" / "SConscript").write_text(textwrap.dedent("""
+        Import("env")
+        narrow = env.Clone(OFFLOAD_ARCHS="gfx942")
+        Default(env.OffloadProgram("prog", [env.OffloadObject("saxpy.hip"), narrow.OffloadObject("stencil.hip")]))
+    """))
+    build = sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", check=False)
+    assert build.returncode != 0
+    errors = [line for line in build.output.splitlines() if "no device code for" in line]
+    assert errors == ["scons: *** [build/prog.gfx90a_xnack+.devin] build/stencil.o: HIP kernels or device"
+                      " variables but no device code for gfx90a:xnack+; compile with that target in"
+                      " OFFLOAD_ARCHS or drop gfx90a:xnack+ from the link"], build.output
+    assert "Traceback" not in build.output and "LINK" not in build.by_phase
 
 
 # --------------------------------------------------------------------------------------------------

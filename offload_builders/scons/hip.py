@@ -45,7 +45,10 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Subst
 import SCons.Tool
+import SCons.Util
+import SCons.Warnings
 
+from offload_builders import linking, registration
 from offload_builders.errors import OffloadError
 from offload_builders.formats.bundle import bundle
 from offload_builders.formats.compressed import CompressedWriter, CompressionOptions, Method
@@ -60,15 +63,20 @@ from offload_builders.hip_phases import (
     is_rdc,
 )
 from offload_builders.phases import probe_cache
+from offload_builders.scons import tool as _tool
 from offload_builders.scons.tool import (
     _COMMIT,
+    _DEVICE_LINK_BUILDER,
     _REMOVE_STALE,
+    OffloadLinkWarning,
     _check_tools_for,
     _compile_flags,
     _guarded,
     _partial,
     _phase_action,
+    _scan,
     _set_default,
+    _static_libraries,
     _target_flags,
     _toolchain,
     _user_error,
@@ -162,7 +170,7 @@ def _device_cc1(target, source, env, for_signature):
 
 
 @_guarded
-def _devicelink_cmd(target, source, env, for_signature):
+def _object_devicelink_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
     if steps.link is None:
         raise SCons.Errors.UserError(f"{target[0]}: RDC device code is linked by the linker wrapper, not per object")
@@ -417,22 +425,202 @@ def _object_emitter(target, source, env):
     return target, source
 
 
+# --------------------------------------------------------------------------------------------------
+# The link side of RDC mode: what clang-linker-wrapper 19 does for HIP, one node per step and target.
+
+#: The section of LLVM 19's HIP host offload entries (kernels and device variables to register).
+HIP_ENTRY_SECTION = "hip_offloading_entries"
+#: The offload kind of clang-linker-wrapper's own bundle entries (``bundleHIP``), not the driver's ``hipv4``.
+LINK_BUNDLE_KIND = "hip"
+
+_ENTRY_CACHE: dict[tuple[str, int, int], bool] = {}
+
+
+def _has_hip_entries(path: str) -> bool:
+    """Whether an ELF relocatable object registers HIP kernels or variables (a non-empty entry section)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _ENTRY_CACHE:
+        from elftools.elf.elffile import ELFFile
+
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    found = False
+                else:
+                    f.seek(0)
+                    section = ELFFile(f).get_section_by_name(HIP_ENTRY_SECTION)
+                    found = section is not None and section["sh_size"] > 0
+        except Exception as exc:  # pyelftools raises its own exception types for damaged files
+            raise OffloadError(f"{path}: cannot read ELF sections: {exc}") from None
+        _ENTRY_CACHE[key] = found
+    return _ENTRY_CACHE[key]
+
+
+def offload_hip_extract(target, source, env) -> int:
+    """``$OFFLOAD_EXTRACTCOM`` of a HIP RDC link: one target's device files, as the linker wrapper picks them.
+
+    Clang 19's selection (:func:`offload_builders.linking.select_device_files`: every matching binary of
+    an object, archive members as they resolve symbols), kept to offload kind ``hip``. An object that
+    registers kernels or variables but has no code for the target is an error here; Clang links it and
+    the program fails when it launches such a kernel.
+    """
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    key = linking.group_key(tid)
+    try:
+        major = _toolchain(env).major
+        scanned = _scan([str(node) for node in source])
+        missing = [obj.path for obj in scanned.objects
+                   if not any(linking.belongs_to((f.binary.triple, f.binary.arch), key) for f in obj.binaries)
+                   and _has_hip_entries(obj.path)]
+        if missing:
+            raise SCons.Errors.BuildError(
+                node=target[0], errstr=f"{', '.join(missing)}: HIP kernels or device variables but no device code for"
+                f" {tid}; compile with that target in OFFLOAD_ARCHS or drop {tid} from the link")
+        files = [found for found in linking.select_device_files(scanned, key)
+                 if found.binary.offload_kind_name(major) == "hip"]
+        if not files:
+            SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP device code for {tid} in any input: the"
+                                                     f" program has no {tid} code object")
+        linking.write_device_inputs(files, _partial(env, target[0]))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
+def _devicelink_cmd(target, source, env, for_signature):
+    """``$_OFFLOAD_DEVICE_LINK_CMD``: a program's per-target link of RDC device code (the OpenMP link's
+    command: ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
+    -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
+    ``clang`` call amount to), or one non-RDC object's device link."""
+    if env.get("_OFFLOAD_HIP_PROGRAM_LINK"):
+        return _tool._device_link_cmd(target, source, env, for_signature)
+    return _object_devicelink_cmd(target, source, env, for_signature)
+
+
+def _link_compression(env, target, source) -> CompressionOptions | None:
+    """The program's fat binary compression: ``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over the flags' (compile
+    and link flags: ``--offload-compress``, ``--offload-compression-level=N``)."""
+    flags = list(_hip_flags(env, target, source, False))
+    flags += [str(flag) for flag in env.subst_list("$OFFLOAD_LINKFLAGS $LINKFLAGS", target=target, source=source)[0]]
+    compress, level = False, None
+    for flag in flags:
+        if flag == "--offload-compress":
+            compress = True
+        elif flag == "--no-offload-compress":
+            compress = False
+        elif flag.startswith("--offload-compression-level="):
+            try:
+                level = int(flag.partition("=")[2])
+            except ValueError:
+                raise SCons.Errors.UserError(f"{flag}: the compression level is an integer") from None
+    return _compression(env, FatbinSpec("o", 4096, "host-x86_64-unknown-linux", os.devnull, compress, level))
+
+
+def _wrap_signature(target, source, env, for_signature) -> str:
+    """``$_OFFLOAD_HIP_WRAP_SIG``: what the wrap node's output depends on besides its inputs."""
+    compression = _link_compression(env, target, source)
+    packing = "none" if compression is None else (
+        f"{compression.method.name}/v{compression.version}/level={compression.effective_level}")
+    return f"kind={LINK_BUNDLE_KIND} llvm={_toolchain(env).major} compress={packing}"
+
+
+def offload_hip_wrap(target, source, env) -> int:
+    """``$OFFLOAD_WRAPCOM`` of a HIP RDC link: bundle the code objects and wrap them in registration code.
+
+    The bundle is clang-linker-wrapper 19's (``clang-offload-bundler -type=o -bundle-align=4096
+    -targets=host-x86_64-unknown-linux,hip-amdgcn-amd-amdhsa--<target ID>...``, entries by target ID
+    descending; ``CCOB`` when compression is asked for), the object is ``wrapHIPBinary``'s: ``.hip_fatbin``,
+    ``.hipFatBinSegment`` and a priority-101 constructor registering the ``hip_offloading_entries``.
+    Targets without device code get no entry; with none at all the object is empty.
+    """
+    toolchain = _toolchain(env)
+    output = _partial(env, target[0])
+    plain = output + ".uncompressed"
+    images = [(tid_text, str(node)) for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"])
+              if os.path.getsize(str(node)) > 0]
+    try:
+        if images:
+            fatbin = registration.hip_fatbinary(images, offload_kind=LINK_BUNDLE_KIND, llvm_version=toolchain.major)
+            compression = _link_compression(env, target, source)
+            if compression is not None:
+                with open(plain, "wb") as f:
+                    f.write(fatbin)
+                _compress_file(plain, output, compression)
+                with open(output, "rb") as f:
+                    fatbin = f.read()
+            data = registration.wrap(registration.HIP, fatbin, llvm_version=toolchain.major)
+        else:
+            triple = registration.DEFAULT_HOST_TRIPLE
+            data = registration.compile_module(registration._new_module(triple), triple)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    finally:
+        if os.path.exists(plain):
+            os.unlink(plain)
+    with open(output, "wb") as f:
+        f.write(data)
+    return 0
+
+
+_WRAP_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
+    _REMOVE_STALE,
+    SCons.Action.Action("$OFFLOAD_WRAPCOM", "$OFFLOAD_WRAPCOMSTR",
+                        varlist=["OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG"]),
+    _COMMIT,
+]))
+
+
+def _check_device_linker(env) -> None:
+    try:
+        _toolchain(env).tool("ld.lld")
+    except OffloadError:
+        raise SCons.Errors.UserError("ld.lld (the AMDGPU device linker) not found; install it with:"
+                                     " apt-get install lld-19") from None
+
+
 def _program_emitter(target, source, env):
+    """Non-RDC: the objects link as they are. RDC: per target ID an extract node (``<prog>.<target>.devin``)
+    and a device link to a code object (``<prog>.<target>.hsaco``), one wrap node (bundle plus
+    registration, ``<prog>.offload.wrapper.o``), and the program itself is the host link."""
     targets = selected_targets(env)
     try:
         check_targets(targets)
     except OffloadError as error:
         raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
-    if is_rdc(_hip_flags(env, target, source, False)):
-        raise SCons.Errors.UserError(
-            f"{target[0]}: linking -fgpu-rdc HIP objects needs the offload linker wrapper (device link and HIP"
-            " registration), which the HIP model does not drive yet; build objects or libraries instead")
+    if not is_rdc(_hip_flags(env, target, source, False)):
+        return target, source
+    _check_device_linker(env)
+    program = target[0]
+    stem, directory = program.name, program.dir
+    inputs = list(source) + _static_libraries(env)
+    # The wrapper's bundle order (target ID descending); fixed here, so the list's order changes nothing.
+    ordered = sorted(targets, key=str, reverse=True)
+    images = []
+    for tid in ordered:
+        device_inputs = _tool._EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
+                                               OFFLOAD_TARGET=str(tid))
+        images.extend(_DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device_inputs,
+                                           OFFLOAD_TARGET=str(tid), _OFFLOAD_HIP_PROGRAM_LINK=True))
+    wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
+                            _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in ordered))
+    program.attributes.offload_wrapper = wrapper[0]
+    env.Depends(program, wrapper)
     return target, source
 
 
+def _wrapper_object(target, source, env, for_signature) -> list[str]:
+    """``$_OFFLOAD_WRAPPER_OBJECT``: an RDC program's registration object; nothing for non-RDC objects."""
+    wrapper = getattr(target[0].attributes, "offload_wrapper", None)
+    return [str(wrapper)] if wrapper is not None else []
+
+
 def _no_link_arguments(target, source, env, for_signature) -> list[str]:
-    """Non-RDC HIP objects are plain host objects at link time: no offload arguments (the HIP runtime
-    library comes from ``$LIBS``)."""
+    """No OpenMP runtime and no offload targets on the host link line (the HIP runtime library, if any,
+    comes from ``$LIBS``)."""
     return []
 
 
@@ -447,8 +635,18 @@ def generate(env) -> None:
     env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
     env["_OFFLOAD_HOST_CC1"] = _host_cc1
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
-    for name in ("_OFFLOAD_LINK_TARGETS", "_OFFLOAD_WRAPPER_OBJECT", "_OFFLOAD_HOST_RUNTIME"):
+    env["_OFFLOAD_HIP_WRAP_SIG"] = _wrap_signature
+    env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
+    for name in ("_OFFLOAD_LINK_TARGETS", "_OFFLOAD_HOST_RUNTIME"):
         env[name] = _no_link_arguments  # the OpenMP link's extra arguments have no HIP counterpart
+    # The OpenMP link's extract and wrap functions, unless the user chose others.
+    if env.get("OFFLOAD_EXTRACTCOM") is _tool._extract_device_inputs:
+        env["OFFLOAD_EXTRACTCOM"] = offload_hip_extract
+    if env.get("OFFLOAD_WRAPCOM") is _tool._wrap_images:
+        env["OFFLOAD_WRAPCOM"] = offload_hip_wrap
+    in_process_package = getattr(_tool, "_package_in_process", None)  # OpenMP's in-process packager
+    if in_process_package is not None and env.get("OFFLOAD_PACKAGECOM") is in_process_package:
+        env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"  # it reads OpenMP's variables: HIP runs the packager
 
     for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
         SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
@@ -479,4 +677,4 @@ def exists(env) -> bool:
     return tool_exists(env)
 
 
-__all__ = ["default_cuid", "exists", "generate", "offload_bundle"]
+__all__ = ["default_cuid", "exists", "generate", "offload_bundle", "offload_hip_extract", "offload_hip_wrap"]
