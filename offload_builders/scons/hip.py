@@ -10,16 +10,30 @@
 * relocatable-device-code mode (``$OFFLOAD_HIP_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
   offload driver): per target a device compile to bitcode (``<stem>.<target>.dev.bc``), one offload
   binary of kind ``hip`` (``<stem>.offload.pkg``), and the host compile embedding it as
-  ``.llvm.offloading``. Linking such objects needs the offload linker wrapper; ``OffloadProgram``
-  refuses them for now.
+  ``.llvm.offloading``.
+
+``OffloadProgram`` links non-RDC objects as the plain host objects they are. RDC objects are linked as
+``clang-linker-wrapper`` 19 links them, one node per step and target, and without running it:
+
+* per target ID an extract node (``<prog>.<target>.devin``: the ``hip``-kind device files of the objects
+  and static libraries, chosen by Clang 19's rules, see :mod:`offload_builders.linking`) and a device
+  link to a code object (``<prog>.<target>.hsaco``: ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID>
+  -flto $OFFLOAD_DEVICE_LINKFLAGS``, ld.lld doing the LTO);
+* one wrap node (``<prog>.offload.wrapper.o``): the code objects in the wrapper's bundle
+  (``hip-amdgcn-amd-amdhsa--<target ID>`` entries, 4096-aligned, optionally ``CCOB``-compressed) inside
+  ``wrapHIPBinary``'s registration code, generated in-process (:mod:`offload_builders.registration`);
+* the program itself: the host link, with the wrapper object first.
+
+Adding a target ID links only that target's code object again (plus the wrap and the host link).
 
 Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_HIP_CUID``); without it the
 driver hashes its whole command line, ``-o`` included, and no per-target node could ever be reused.
 The default is :func:`default_cuid` of the source's path, so it is deterministic and needs no setting.
 
-Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK``, ``BUNDLE``
-(default: :func:`offload_bundle`, a Python action), ``PACKAGE`` (RDC) and ``HOST``. ``OffloadProgram``
-links non-RDC objects as the plain host objects they are (the HIP runtime comes from ``$LIBS``).
+Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK`` (an object's,
+or an RDC program's per target), ``BUNDLE`` (default: :func:`offload_bundle`, a Python action),
+``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT`` (default :func:`offload_hip_extract`),
+``WRAP`` (default :func:`offload_hip_wrap`) and ``LINK``. The HIP runtime library comes from ``$LIBS``.
 Variables, set only where the user has not:
 
 * ``$OFFLOAD_HIP_FLAGS`` (``['-nogpulib', '-nogpuinc']``): driver flags of every HIP compile; the default
@@ -27,7 +41,8 @@ Variables, set only where the user has not:
 * ``$OFFLOAD_HIP_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_HIP_DEFAULT_CUID``).
 * ``$OFFLOAD_HIP_RDC`` (False): relocatable device code.
 * ``$OFFLOAD_HIP_COMPRESS`` (None, 2 or 3): write the fat binary compressed in that ``CCOB`` format
-  version; None keeps what the flags say (``--offload-compress`` gives version 2, as Clang 19 does).
+  version; None keeps what the flags say (``--offload-compress`` gives version 2, as Clang 19 does). For
+  an RDC program's fat binary the flags are the compile flags plus ``$OFFLOAD_LINKFLAGS $LINKFLAGS``.
 * ``$OFFLOAD_HIP_COMPRESSION_LEVEL`` (None): zstd level; None keeps the flags' ``--offload-compression-level``
   or the bundler's default.
 """
