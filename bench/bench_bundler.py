@@ -6,7 +6,10 @@ One run prints, for bundling the four images (a HIP fat binary: ``-type=o``, hos
 * the median wall time of each tool over ``--runs`` runs, and its ratio to ``cat`` over the same
   bytes (``cat img0 img1 img2 img3 > out`` for bundling, ``cat img2 > out`` for unbundling);
 * the peak resident memory of each tool, from GNU time's ``%M`` (a parent's ``ru_maxrss`` would
-  also count the pages of the forked benchmark process before ``exec``).
+  also count the pages of the forked benchmark process before ``exec``);
+* for reference, ``python -c pass`` with the same interpreter and environment: the start-up floor of
+  any Python tool (in a development install, about 12 ms of it is the editable-install finder that
+  ``site`` loads), which decides the ratio for small inputs.
 
 Goals: ours <= 1.5x cat and faster than Clang, peak memory < 100 MiB.  Ours runs as a CLI
 subprocess (``python -m offload_builders.cli.bundler``) with Python's bytecode cache enabled in a
@@ -113,11 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         operations = {
             f"bundle 4 x {args.size_mib} MiB": [
                 Command("cat", ("cat", *map(str, images)), work / "cat.out", stdout_to_output=True),
+                Command("python", (sys.executable, "-c", "pass"), work / "python.out"),
                 Command("ours", (*ours, *bundle_args, f"-output={work / 'fatbin.ours'}"), work / "fatbin.ours"),
                 Command("clang-19", (str(clang), *bundle_args, f"-output={fatbin}"), fatbin),
             ],
             f"unbundle 1 x {args.size_mib} MiB": [
                 Command("cat", ("cat", str(images[PICK])), work / "cat1.out", stdout_to_output=True),
+                Command("python", (sys.executable, "-c", "pass"), work / "python.out"),
                 Command("ours", (*ours, "-unbundle", "-type=o", pick, f"-input={work / 'fatbin.ours'}",
                                  f"-output={work / 'one.ours'}"), work / "one.ours"),
                 Command("clang-19", (str(clang), "-unbundle", "-type=o", pick, f"-input={fatbin}",

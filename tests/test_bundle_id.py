@@ -458,3 +458,64 @@ def test_processor_name_inside_the_triple_still_round_trips():
     standard = str(parse_bundle_entry_id(text, strict=False))
     assert standard == text
     assert str(parse_bundle_entry_id(standard, strict=False)) == standard
+
+
+# --------------------------------------------------------------------------------------------
+# The shortcuts that keep offload-bundler from loading the processor tables (offload_builders.targets,
+# and dataclasses with it) at start-up must say what the tables say.
+# --------------------------------------------------------------------------------------------
+def test_triple_words_and_gpu_spellings_are_never_alternative_processor_names():
+    from offload_builders import targets
+    from offload_builders.formats import bundle_id
+
+    amd_names = {n for p in targets.AMDGPU_PROCESSORS for n in (p.name, *p.alternative_names)}
+    nv_names = {a.name for a in targets.NVPTX_ARCH_TABLE}
+    assert not (amd_names | nv_names | set(targets.HOST_CPU_NAMES)) & bundle_id._TRIPLE_WORDS
+    for word in bundle_id._TRIPLE_WORDS:
+        assert not word.startswith(("gfx", "sm_")) and bundle_id._known_processor(word, 19) is None
+    # every gfx*/sm_* spelling the tables know is canonical: two different ones never canonicalize alike
+    assert not {n for p in targets.AMDGPU_PROCESSORS for n in p.alternative_names if n.startswith(("gfx", "sm_"))}
+    for name in amd_names | nv_names:
+        if name.startswith(("gfx", "sm_")):
+            for version in (19, 22):
+                try:
+                    assert targets.parse_target_id(name, llvm_version=version).processor == name
+                except TargetIDError:
+                    pass  # not known to that release
+
+
+TARGET_ID_TEXT = st.text(st.sampled_from("gfx90a:+-xnack sramecc\t:"), max_size=24)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.one_of(TARGET_ID_TEXT, st.sampled_from(["gfx908", "gfx90a:xnack+", "gfx90a:xnack+:sramecc-",
+                                                        "gfx90a:xnack+:xnack-", "gfx90a:", ":xnack+", "gfx90a:+",
+                                                        "gfx90a:xnack", "sm_80", "gfx 90a", ""])))
+def test_split_target_id_agrees_with_the_targets_module(text):
+    from offload_builders import targets
+    from offload_builders.formats import bundle_id
+
+    try:
+        expected = targets.parse_target_id_format(text)
+    except TargetIDError:
+        expected = None
+    assert bundle_id._split_target_id(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.sampled_from(["gfx908", "gfx90a", "gfx90a:xnack+", "gfx1030", "fiji", "gfx803", "sm_80", "sm_90a",
+                              "gfx9-generic", "carrizo:xnack-", "gfx801:xnack-", "x86_64", "bogus"]),
+       second=st.sampled_from(["gfx908", "gfx90a:xnack-", "gfx1030", "gfx803", "polaris10", "sm_80", "sm_90",
+                               "gfx942", "gfx801", "stoney", "x86_64"]),
+       kind=st.sampled_from(["hip", "hipv4", "openmp"]),
+       triple=st.sampled_from(["amdgcn-amd-amdhsa-", "nvptx64-nvidia-cuda-"]))
+def test_distinct_processor_shortcut_agrees_with_the_tables(first, second, kind, triple):
+    """is_code_object_compatible with the shortcut equals the answer from the canonical processors."""
+    from offload_builders.formats import bundle_id
+
+    co, req = BundleEntryID(kind, triple, first), BundleEntryID("hip", triple, second)
+    if bundle_id._distinct_processors(co, req):
+        for version in (19, 22):
+            a, b = bundle_id._processor_and_features(co, version), bundle_id._processor_and_features(req, version)
+            assert a is None or b is None or a.processor != b.processor
+            assert not is_code_object_compatible(co, req, llvm_version=version)

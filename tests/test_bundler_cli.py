@@ -383,3 +383,25 @@ def test_print_external_commands_spellings(object_inputs):
         assert made.returncode == 0 and made.stderr.startswith(b'"') and (d / "@fat.o").read_bytes() == b""
     made = ours(["-###=0", *DRY_RUNS["bundle object"]], cwd=d)
     assert made.returncode == 0 and made.stderr == b"" and (d / "@fat.o").read_bytes()[:4] == b"\x7fELF"
+
+
+LEAN_CHECK = """
+import sys
+from offload_builders.cli.bundler import main
+status = main(sys.argv[1:])
+heavy = ("dataclasses", "inspect", "typing", "tempfile", "subprocess", "offload_builders.targets", "elftools",
+         "zstandard", "llvmlite", "hashlib", "zlib")
+print(status, *sorted(name for name in heavy if name in sys.modules))
+"""
+
+
+def test_unbundling_loads_only_what_it_needs(inputs, tmp_path):
+    """Start-up is most of what offload-bundler costs against cat (bench/bench_bundler.py): unbundling an
+    uncompressed bundle, host and device targets, must not load what only other paths need."""
+    fat = tmp_path / "fat.bin"
+    assert ours(["-type=o", f"-targets={TARGETS}", *[f"-input={p}" for p in inputs], f"-output={fat}"]).returncode == 0
+    args = ["-unbundle", "-type=o", f"-targets={HOST},{GFX908}", f"-input={fat}", f"-output={tmp_path / 'h'}",
+            f"-output={tmp_path / 'd'}"]
+    made = subprocess.run([sys.executable, "-c", LEAN_CHECK, *args], capture_output=True, text=True, env=CLEAN_ENV)
+    assert made.stdout.split() == ["0"], made.stdout + made.stderr
+    assert (tmp_path / "d").read_bytes() == inputs[2].read_bytes()

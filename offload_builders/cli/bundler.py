@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
@@ -22,7 +21,9 @@ if TYPE_CHECKING:
 from offload_builders.cli._common import run_guarded
 from offload_builders.errors import OffloadError
 from offload_builders.formats import bundle as bundle_mod
-from offload_builders.formats.compressed import CompressionOptions, CompressionStats, Method
+
+if TYPE_CHECKING:
+    from offload_builders.formats.compressed import CompressionStats
 
 PROG: Final = "offload-bundler"
 
@@ -68,12 +69,15 @@ class UsageError(OffloadError):
     """A command-line mistake (Clang's wording where it has one)."""
 
 
-@dataclass
 class Options:
-    """The parsed command line; list options keep every occurrence."""
+    """The parsed command line; list options keep every occurrence.
 
-    values: dict[str, list[str]] = field(default_factory=dict)
-    flags: dict[str, bool] = field(default_factory=dict)
+    (Plain classes here and below: importing ``dataclasses`` costs the command line ~8 ms.)
+    """
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[str]] = {}
+        self.flags: dict[str, bool] = {}
 
     def flag(self, name: str) -> bool:
         return self.flags.get(name, False)
@@ -121,15 +125,16 @@ def parse_args(argv: Sequence[str]) -> Options:
     return options
 
 
-@dataclass(frozen=True)
 class Environment:
     """The ``OFFLOAD_BUNDLER_*`` settings, as ``OffloadBundlerConfig``'s constructor reads them."""
 
-    verbose: bool | None = None
-    compress: bool | None = None
-    level: int | None = None
-    version: int | None = None
-    warnings: tuple[str, ...] = ()
+    def __init__(self, verbose: bool | None = None, compress: bool | None = None, level: int | None = None,
+                 version: int | None = None, warnings: tuple[str, ...] = ()) -> None:
+        self.verbose = verbose
+        self.compress = compress
+        self.level = level
+        self.version = version
+        self.warnings = warnings
 
     @classmethod
     def read(cls, env: dict[str, str] | os._Environ[str]) -> "Environment":
@@ -265,6 +270,8 @@ def _run(options: Options, env: Environment) -> int:
         except ValueError:
             raise UsageError(f"for the --compression-level option: '{level_text}' value invalid for integer "
                              f"argument!") from None
+        from offload_builders.formats.compressed import CompressionOptions, Method
+
         compression = CompressionOptions(Method.ZSTD, level, env.version or 2)
     result = bundle_mod.bundle(inputs, targets, outputs[0], file_type=file_type, bundle_align=alignment,
                                compression=compression, print_external_commands=dry_run)

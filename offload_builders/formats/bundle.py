@@ -37,7 +37,6 @@ import struct
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
 from offload_builders.formats import _io
 from offload_builders.formats._io import CHUNK, ShortReadError, copy_file_range_stream, write_all
+from offload_builders.formats._record import Record
 from offload_builders.formats.bundle_id import (
     clang19_target_id_field,
     clang_stringmap_order,
@@ -149,13 +149,16 @@ class Outputs(_io.Outputs):
         return OffloadError(f"'{path}': {exc.strerror}")
 
 
-@dataclass(frozen=True)
-class _InputFile:
+class _InputFile(Record):
     """An opened input: a regular file, or anything else spooled into a temporary file first."""
 
+    __slots__ = ("path", "fd", "size")
     path: str  # a name tools such as llvm-objcopy can open
     fd: int
     size: int
+
+    def __init__(self, path: str, fd: int, size: int) -> None:
+        self._init(path, fd, size)
 
 
 def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
@@ -187,24 +190,36 @@ def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
 # ============================================================================================
 # Binary format
 # ============================================================================================
-@dataclass(frozen=True)
-class BundleEntry:
-    """One bundle entry: its ID as stored, and where its bytes are in the part that holds it."""
+class BundleEntry(Record):
+    """One bundle entry: its ID as stored, and where its bytes are in the part that holds it.
 
+    ``host_object``: an object bundle's host section (one zero byte): the host output is the object
+    minus bundles.
+    """
+
+    __slots__ = ("id", "offset", "size", "host_object")
     id: str
     offset: int
     size: int
-    #: An object bundle's host section (one zero byte): the host output is the object minus bundles.
-    host_object: bool = False
+    host_object: bool
+
+    def __init__(self, id: str, offset: int, size: int, host_object: bool = False) -> None:
+        self._init(id, offset, size, host_object)
 
 
-@dataclass(frozen=True)
-class BinaryBundle:
-    """A parsed binary bundle header.  Offsets are relative to the bundle's first byte."""
+class BinaryBundle(Record):
+    """A parsed binary bundle header.  Offsets are relative to the bundle's first byte.
 
-    entries: tuple[BundleEntry, ...]  # header order
+    ``entries`` are in header order; ``end`` is the furthest byte used: header or entry data.
+    """
+
+    __slots__ = ("entries", "header_size", "end")
+    entries: tuple[BundleEntry, ...]
     header_size: int
-    end: int  # the furthest byte used: header or entry data
+    end: int
+
+    def __init__(self, entries: tuple[BundleEntry, ...], header_size: int, end: int) -> None:
+        self._init(entries, header_size, end)
 
     @property
     def clang_order(self) -> list[BundleEntry]:
@@ -497,29 +512,52 @@ def _strip_bundles(elf_path: str, out_fd: int, *, print_only: bool = False) -> N
 # ============================================================================================
 # Reading a whole input: compressed parts, concatenated bundles
 # ============================================================================================
-@dataclass(frozen=True)
-class BundlePart:
-    """One bundle of an input (a file may hold several back to back), with its entries in Clang's order."""
+class BundlePart(Record):
+    """One bundle of an input (a file may hold several back to back), with its entries in Clang's order.
 
+    ``elf_path``: a path to the ELF object, for object parts.
+    """
+
+    __slots__ = ("region", "format", "entries", "label", "base", "elf_path")
     region: FileRegion
     format: Format
     entries: list[BundleEntry]
     label: str
-    base: int = 0
-    elf_path: str | None = None  # a path to the ELF object, for object parts
+    base: int
+    elf_path: str | None
+
+    def __init__(self, region: FileRegion, format: Format, entries: list[BundleEntry], label: str, base: int = 0,
+                 elf_path: str | None = None) -> None:
+        self._init(region, format, entries, label, base, elf_path)
 
     def region_of(self, entry: BundleEntry) -> tuple[int, int, int]:
         """``(fd, absolute offset, size)`` of an entry's bytes."""
         return self.region.fd, self.region.start + entry.offset, entry.size
 
 
-@dataclass
 class BundleInput:
-    """Everything read from one input file (filled in while reading, hence not frozen)."""
+    """Everything read from one input file (filled in while reading, hence not frozen).
 
-    parts: list[BundlePart]
-    whole: FileRegion  # what a host output gets when nothing matched: the (decompressed) input
-    compression: list[CompressionStats] = field(default_factory=list)
+    ``whole`` is what a host output gets when nothing matched: the (decompressed) input.
+    """
+
+    __slots__ = ("parts", "whole", "compression")
+
+    def __init__(self, parts: list[BundlePart], whole: FileRegion,
+                 compression: list[CompressionStats] | None = None) -> None:
+        self.parts = parts
+        self.whole = whole
+        self.compression: list[CompressionStats] = [] if compression is None else compression
+
+    def __repr__(self) -> str:
+        return f"BundleInput(parts={self.parts!r}, whole={self.whole!r}, compression={self.compression!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.parts, self.whole, self.compression) == (other.parts, other.whole, other.compression)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a non-frozen dataclass
 
     @property
     def entries(self) -> Iterator[tuple[BundlePart, BundleEntry]]:
@@ -632,13 +670,16 @@ def _spool_region(region: FileRegion, stack: ExitStack) -> str:
 # ============================================================================================
 # Public operations
 # ============================================================================================
-@dataclass(frozen=True)
-class BundleResult:
+class BundleResult(Record):
     """What :func:`bundle` wrote."""
 
+    __slots__ = ("ids", "format", "compression")
     ids: tuple[str, ...]
     format: Format
-    compression: CompressionStats | None = None
+    compression: CompressionStats | None
+
+    def __init__(self, ids: tuple[str, ...], format: Format, compression: CompressionStats | None = None) -> None:
+        self._init(ids, format, compression)
 
 
 def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], output: str | os.PathLike[str],
@@ -738,12 +779,15 @@ def list_bundle_ids(path: str | os.PathLike[str], *, file_type: str) -> list[str
         return [entry.id for _, entry in data.entries]
 
 
-@dataclass(frozen=True)
-class UnbundleResult:
+class UnbundleResult(Record):
     """Which entry went to which output (``None``: the output was created empty or as a copy)."""
 
+    __slots__ = ("extracted", "compression")
     extracted: dict[str, str | None]
-    compression: tuple[CompressionStats, ...] = ()
+    compression: tuple[CompressionStats, ...]
+
+    def __init__(self, extracted: dict[str, str | None], compression: tuple[CompressionStats, ...] = ()) -> None:
+        self._init(extracted, compression)
 
 
 def _write_entry(part: BundlePart, entry: BundleEntry, fd: int, *, print_only: bool = False) -> None:
@@ -827,13 +871,16 @@ def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Seq
 # ============================================================================================
 
 
-@dataclass(frozen=True)
-class ArchiveMember:
+class ArchiveMember(Record):
     """A member of an ``ar`` archive: name and where its data is."""
 
+    __slots__ = ("name", "offset", "size")
     name: str
     offset: int
     size: int
+
+    def __init__(self, name: str, offset: int, size: int) -> None:
+        self._init(name, offset, size)
 
 
 def read_archive(region: FileRegion, *, label: str) -> list[ArchiveMember]:

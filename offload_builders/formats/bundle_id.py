@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Final
 
 from offload_builders.errors import TargetIDError
+from offload_builders.formats._record import Record
 
 #: Offload kinds ``OffloadTargetInfo::isOffloadKindValid`` accepts.
 VALID_KINDS: Final[tuple[str, ...]] = ("host", "openmp", "hip", "hipv4")
@@ -136,6 +136,10 @@ _ENV_PREFIXES: Final = (
     "intersection", "anyhit", "closesthit", "miss", "callable", "mesh", "amplification", "opencl",
     "ohos", "pauthtest")
 _FORMAT_SUFFIXES: Final = ("xcoff", "coff", "elf", "goff", "macho", "wasm", "spirv")
+#: The words of LLVM's triple grammar (vendors, OS and environment names), and "unknown".  None is a
+#: processor name of any LLVM release (test_bundle_id checks the tables), so an ID whose last field is
+#: one of them names no processor: see ``_known_processor``.
+_TRIPLE_WORDS: Final = frozenset({*_VENDORS, *(prefix for prefix, _ in _OS_PREFIXES), *_ENV_PREFIXES, "unknown"})
 _DARWIN_OSES: Final = frozenset({"darwin", "ios", "macosx", "tvos", "watchos", "bridgeos",
                                  "driverkit", "xros"})
 
@@ -183,16 +187,19 @@ def _parse_prefix(name: str, table: Iterable[tuple[str, str]]) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class TripleKey:
+class TripleKey(Record):
     """The parsed enums of an ``llvm::Triple``: what ``Triple::operator==`` compares."""
 
+    __slots__ = ("arch", "sub_arch", "vendor", "os", "environment", "object_format")
     arch: str
     sub_arch: str
     vendor: str
     os: str
     environment: str
     object_format: str
+
+    def __init__(self, arch: str, sub_arch: str, vendor: str, os: str, environment: str, object_format: str) -> None:
+        self._init(arch, sub_arch, vendor, os, environment, object_format)
 
     @classmethod
     def parse(cls, triple: str) -> "TripleKey":
@@ -251,17 +258,20 @@ def split_triple(triple: str) -> tuple[str, str, str, str]:
 # --------------------------------------------------------------------------------------------
 # Bundle entry IDs.
 # --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BundleEntryID:
+class BundleEntryID(Record):
     """One bundle entry ID as ``OffloadTargetInfo`` holds it: ``str()`` is the standardized text.
 
     ``triple`` always has exactly four ``-``-separated fields (the environment may be empty, and it
     keeps any further dashes); ``target_id`` is empty when the ID names no processor.
     """
 
+    __slots__ = ("kind", "triple", "target_id")
     kind: str
     triple: str
-    target_id: str = ""
+    target_id: str
+
+    def __init__(self, kind: str, triple: str, target_id: str = "") -> None:
+        self._init(kind, triple, target_id)
 
     def __str__(self) -> str:
         return f"{self.kind}-{self.triple}-{self.target_id}"
@@ -404,6 +414,8 @@ def _is_generic_misparse(entry: BundleEntryID) -> bool:
 
 def _known_processor(name: str, llvm_version: int) -> str | None:
     """The canonical name if ``name`` is a GPU processor of any LLVM release (``fiji`` -> ``gfx803``)."""
+    if name in _TRIPLE_WORDS:
+        return None  # the usual case, a triple's last field: decided without loading the tables
     from offload_builders import targets
 
     if (amd := targets.amdgpu_processor(name)) is not None:
@@ -415,7 +427,34 @@ def _known_processor(name: str, llvm_version: int) -> str | None:
     return None
 
 
+def _split_target_id(target_id: str) -> tuple[str, dict[str, bool]] | None:
+    """``targets.parse_target_id_format`` for the IDs it accepts, None for those it rejects (it is then
+    called to word the error): spares loading the processor tables (and ``dataclasses``) on the
+    command line's start-up path.  test_bundle_id checks that the two agree."""
+    processor, *components = target_id.split(":")
+    if not processor or any(ch.isspace() for ch in target_id):
+        return None
+    features: dict[str, bool] = {}
+    for component in components:
+        name, sign = component[:-1], component[-1:]
+        if not name or sign not in ("+", "-") or name in features:
+            return None
+        features[name] = sign == "+"
+    return processor, features
+
+
+def _distinct_processors(a: BundleEntryID, b: BundleEntryID) -> bool:
+    """Whether two target IDs name different processors without any table lookup being able to make
+    them equal: two different ``gfx*``/``sm_*`` spellings (those are always canonical names; no
+    alternative name starts so, which test_bundle_id checks against the tables)."""
+    first, second = a.target_id.split(":", 1)[0], b.target_id.split(":", 1)[0]
+    return first != second and first.startswith(("gfx", "sm_")) and second.startswith(("gfx", "sm_"))
+
+
 def _format_only(target_id: str, text: str) -> tuple[str, dict[str, bool]]:
+    split = _split_target_id(target_id)
+    if split is not None:
+        return split
     from offload_builders import targets
 
     try:
@@ -524,6 +563,8 @@ def is_code_object_compatible(code_object: BundleEntryID, requested: BundleEntry
     if not is_offload_kind_compatible(code_object.kind, requested.kind,
                                       hip_openmp_compatible=hip_openmp_compatible):
         return False
+    if _distinct_processors(code_object, requested):
+        return False  # what the tables would say (different canonical processors), without loading them
     co = _processor_and_features(code_object, llvm_version)
     req = _processor_and_features(requested, llvm_version)
     if co is None or req is None or co.processor != req.processor:
@@ -537,8 +578,6 @@ def find_target_conflict(ids: Sequence[BundleEntryID]) -> tuple[BundleEntryID, B
     """Two IDs of one ``<kind>-<triple>`` whose target IDs break the "a feature is given for all or
     none" rule, or None.  Uses the symmetric rule from the documentation (Clang 19's check depends on
     the sort order and misses ``gfx908:sramecc+:xnack+`` with ``gfx908:xnack+``)."""
-    from offload_builders import targets
-
     groups: dict[str, list[BundleEntryID]] = {}
     for entry in ids:
         if entry.target_id:
@@ -546,6 +585,8 @@ def find_target_conflict(ids: Sequence[BundleEntryID]) -> tuple[BundleEntryID, B
     for members in groups.values():
         if len(members) < 2:
             continue  # nothing to conflict with (and no need to load the target-ID tables)
+        from offload_builders import targets
+
         parsed = {}
         for entry in sorted(members, key=lambda e: e.target_id):
             processor, features = _format_only(entry.target_id, str(entry))

@@ -25,7 +25,6 @@ import enum
 import io
 import os
 import struct
-from dataclasses import dataclass
 
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
 
 from offload_builders.errors import BundleFormatError
 from offload_builders.formats._io import CHUNK, write_all
+from offload_builders.formats._record import Record
 
 # hashlib, zlib and zstandard are imported where they are used: reading and writing uncompressed
 # bundles (the common case) should not pay for them at start-up.
@@ -64,15 +64,16 @@ class Method(enum.IntEnum):
         return 3 if self is Method.ZSTD else 6
 
 
-@dataclass(frozen=True)
-class CompressionOptions:
+class CompressionOptions(Record):
     """How to compress: Clang 19 writes zstd level 3 with long-distance matching, format v2."""
 
-    method: Method = Method.ZSTD
-    level: int | None = None
-    version: int = DEFAULT_VERSION
+    __slots__ = ("method", "level", "version")
+    method: Method
+    level: int | None
+    version: int
 
-    def __post_init__(self) -> None:
+    def __init__(self, method: Method = Method.ZSTD, level: int | None = None, version: int = DEFAULT_VERSION) -> None:
+        self._init(method, level, version)
         if self.version not in SUPPORTED_VERSIONS:
             raise ValueError(f"compressed bundle format version {self.version} is not one of 1, 2, 3")
         if self.method is Method.ZLIB and self.level is not None and not -1 <= self.level <= 9:
@@ -87,15 +88,18 @@ class CompressionOptions:
         return self.level
 
 
-@dataclass(frozen=True)
-class CompressedHeader:
+class CompressedHeader(Record):
     """A parsed ``CCOB`` header; ``total_size`` of a v1 bundle is everything up to the end of the data."""
 
+    __slots__ = ("version", "method", "total_size", "uncompressed_size", "hash")
     version: int
     method: Method
     total_size: int
     uncompressed_size: int
     hash: bytes
+
+    def __init__(self, version: int, method: Method, total_size: int, uncompressed_size: int, hash: bytes) -> None:
+        self._init(version, method, total_size, uncompressed_size, hash)
 
     @property
     def header_size(self) -> int:
@@ -106,11 +110,14 @@ class CompressedHeader:
         return self.total_size - self.header_size
 
 
-@dataclass(frozen=True)
-class CompressionStats:
+class CompressionStats(Record):
     """What ``-verbose`` reports about one compressed bundle."""
 
+    __slots__ = ("header",)
     header: CompressedHeader
+
+    def __init__(self, header: CompressedHeader) -> None:
+        self._init(header)
 
     def describe(self, *, compressing: bool, level: int | None = None) -> list[str]:
         """The lines clang-offload-bundler 19 prints with ``-verbose`` (without timings)."""
