@@ -3,7 +3,7 @@
 
 Generates N synthetic OpenMP offload sources, then builds them two ways with SCons at the same ``-j``:
 
-* ``ours``: ``OffloadProgram`` (one node per phase and target);
+* ``ours``: ``OffloadProgram`` (one node per phase and target, our own link nodes);
 * ``mono``: one ``clang++ -fopenmp --offload-arch=<all> -c`` per source (what CMake/Meson do today),
   linked by the driver.
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             roots[mode] = Path(scratch) / mode
             generate(roots[mode], args.sources)
         tables = {"compile only (up to the fat objects)": measure(roots, args.repeat, "objects"),
-                  "whole program (both link through clang-linker-wrapper)": measure(roots, args.repeat)}
+                  "whole program (ours: our link nodes; mono: the driver link through clang-linker-wrapper)": measure(roots, args.repeat)}
     print(f"{args.sources} kernel sources + main.cpp, targets {','.join(BASE_TARGETS)}, {os.cpu_count()} CPUs")
     for title, rows in tables.items():
         print(f"\n{title}")
