@@ -28,25 +28,20 @@ This module has no SCons imports.
 """
 from __future__ import annotations
 
-import functools
 import os
-import subprocess
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from offload_builders.errors import ToolchainError
 from offload_builders.phases import (
     CommandTemplate,
     ProbeCache,
-    ProbeError,
     _image_spec,
+    _probe as _phases_probe,
     _is_cc1,
     _template,
     _tool_name,
     _value_after,
-    parse_driver_jobs,
 )
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import Toolchain
@@ -70,8 +65,6 @@ PROBE_CUID = "offloadprobecuid"
 RESERVED_FLAG_PREFIXES: tuple[str, ...] = ("--offload-arch=", "--cuda-gpu-arch=", "--no-offload-arch=",
                                            "-cuid=", "-fuse-cuid=", "--offload-device-only",
                                            "--offload-host-only", "--cuda-device-only", "--cuda-host-only")
-
-_PROBE_STEM = "__offload_hip_probe__"
 
 
 def is_rdc(flags: Iterable[str]) -> bool:
@@ -146,29 +139,11 @@ def _list_option(job: Sequence[str], prefix: str) -> list[str]:
     return [arg[len(prefix):] for arg in job if arg.startswith(prefix)]
 
 
-@functools.lru_cache(maxsize=512)
 def _probe(driver: str, flags: tuple[str, ...], cwd: str,
            cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
     """Run ``driver -### -x hip <flags> -c`` on an empty probe source; return the jobs (memoized, cached)."""
-    key = ProbeCache.key(driver, HIP_LANGUAGE, flags, cwd) if cache is not None else ""
-    if cache is not None and (cached := cache.get(key)) is not None:
-        return cached
-    with tempfile.TemporaryDirectory(prefix="offload-hip-probe-") as scratch:
-        source = Path(scratch) / f"{_PROBE_STEM}.hip"
-        source.write_text("")
-        argv = [driver, "-###", "-x", HIP_LANGUAGE, *flags, "-c", str(source),
-                "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
-        try:
-            done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
-        except OSError as error:
-            raise ToolchainError(f"cannot run {driver}: {error.strerror}") from None
-    if done.returncode != 0:
-        message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
-        raise ProbeError(f"{driver} rejected the HIP flags {' '.join(flags)}: {message}")
-    jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
-    if cache is not None:
-        cache.put(key, jobs)
-    return jobs
+    return _phases_probe(driver, HIP_LANGUAGE, flags, cwd, cache, mode=("-x", HIP_LANGUAGE), extension=".hip",
+                         what="HIP")
 
 
 class HipPhaseModel:

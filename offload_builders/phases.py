@@ -202,24 +202,29 @@ def probe_cache(path: str | os.PathLike[str]) -> ProbeCache:
 
 
 @functools.lru_cache(maxsize=512)
-def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str,
-           cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
-    """Run ``driver -### -c`` on a probe source and return the jobs it would run (memoized)."""
+def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: ProbeCache | None = None, *,
+           mode: tuple[str, ...] = ("-fopenmp",), extension: str | None = None,
+           what: str = "offload") -> tuple[tuple[str, ...], ...]:
+    """Run ``driver -### <mode> <flags> -c`` on an empty probe source and return the jobs it would run
+    (memoized, and kept in ``cache``). ``mode`` selects the offload model (``-fopenmp``; the HIP model
+    passes ``-x hip``), ``extension`` the probe file's (default: from ``language``), ``what`` names the
+    flags in the error."""
     key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
     if cache is not None and (cached := cache.get(key)) is not None:
         return cached
-    extension = ".c" if language == "c" else ".cpp"
+    if extension is None:
+        extension = ".c" if language == "c" else ".cpp"
     with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
         source = Path(scratch) / f"{_PROBE_STEM}{extension}"
         source.write_text("")
-        argv = [driver, "-###", "-fopenmp", *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
+        argv = [driver, "-###", *mode, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
         try:
             done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
         except OSError as error:
             raise ToolchainError(f"cannot run {driver}: {error.strerror}") from None
     if done.returncode != 0:
         message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
-        raise ProbeError(f"{driver} rejected the offload flags {' '.join(flags)}: {message}")
+        raise ProbeError(f"{driver} rejected the {what} flags {' '.join(flags)}: {message}")
     jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
     if cache is not None:
         cache.put(key, jobs)
