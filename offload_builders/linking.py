@@ -40,6 +40,9 @@ GroupKey = tuple[str, str]
 #: The sections holding host offload entries (LLVM 19/20, then 21+): an object with a non-empty one
 #: registers kernels or globals and needs device code for every device it may run on.
 ENTRY_SECTIONS: tuple[str, ...] = ("omp_offloading_entries", "llvm_offload_entries")
+#: HIP's entry section (relocatable device code; LLVM 21+ shares ``llvm_offload_entries``).
+HIP_ENTRY_SECTIONS: tuple[str, ...] = ("hip_offloading_entries",)
+_KNOWN_ENTRY_SECTIONS = ENTRY_SECTIONS + HIP_ENTRY_SECTIONS
 
 #: The OpenMP device runtime every device image links (the driver adds ``-lomptarget.devicertl``).
 DEVICE_RUNTIME = "libomptarget.devicertl.a"
@@ -92,11 +95,15 @@ class LinkInput:
 
 @dataclass
 class InputObject:
-    """What a regular (non-archive) input contributes: its binaries and whether it has offload entries."""
+    """What a regular (non-archive) input contributes: its binaries and its non-empty entry sections."""
 
     path: str
     binaries: list[FoundBinary]
-    has_entries: bool
+    entry_sections: frozenset[str] = frozenset()
+
+    def registers_entries(self, sections: Sequence[str] = ENTRY_SECTIONS) -> bool:
+        """Whether it registers kernels or globals through one of ``sections``."""
+        return not self.entry_sections.isdisjoint(sections)
 
 
 @dataclass
@@ -139,9 +146,9 @@ def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
         if archive and not link_input.whole_archive:
             scanned.archive_members.extend(found)
         elif archive:
-            scanned.objects.append(InputObject(path, found, False))
+            scanned.objects.append(InputObject(path, found))
         else:
-            scanned.objects.append(InputObject(path, found, _has_offload_entries(path, kind)))
+            scanned.objects.append(InputObject(path, found, _entry_sections(path, kind)))
     return scanned
 
 
@@ -159,16 +166,17 @@ def _may_hold_offload_code(path: str) -> bool:
     return any(marker in data for marker in _OFFLOAD_MARKERS)
 
 
-def _has_offload_entries(path: str, kind: ContainerKind) -> bool:
+def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:
+    """The offload entry sections (of any offload kind) an ELF relocatable object has, non-empty."""
     if kind is not ContainerKind.ELF_RELOCATABLE:
-        return False
+        return frozenset()
     from elftools.elf.elffile import ELFFile
 
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            return any(elf.get_section_by_name(name) is not None and elf.get_section_by_name(name)["sh_size"] > 0
-                       for name in ENTRY_SECTIONS)
+            return frozenset(name for name in _KNOWN_ENTRY_SECTIONS
+                             if (section := elf.get_section_by_name(name)) is not None and section["sh_size"] > 0)
     except Exception as exc:  # pyelftools raises its own exception types for damaged files
         raise OffloadFormatError(f"cannot read ELF sections: {exc}", path=path) from None
 
@@ -324,17 +332,21 @@ def group_device_files(scanned: ScannedInputs) -> dict[GroupKey, list[FoundBinar
     return {key: select_device_files(scanned, key) for key in scanned.keys()}
 
 
-def check_entries(scanned: ScannedInputs, target: GroupKey, label: str) -> list[str]:
-    """Objects that register offload entries but carry no device code for ``target`` (one message each).
+def objects_without_code(scanned: ScannedInputs, target: GroupKey,
+                         sections: Sequence[str] = ENTRY_SECTIONS) -> list[InputObject]:
+    """Objects that register entries through ``sections`` but carry no device code for ``target``.
 
     Clang links such a program without complaint and it crashes (or silently falls back) at run time.
     """
-    problems = []
-    for obj in scanned.objects:
-        if obj.has_entries and not any(belongs_to(_key(found.binary), target) for found in obj.binaries):
-            problems.append(f"{obj.path}: has offload entries but no device code for {label}; recompile it with "
-                            f"that target in OFFLOAD_ARCHS (--offload-arch), or drop {label} from the link")
-    return problems
+    return [obj for obj in scanned.objects
+            if obj.registers_entries(sections) and not any(belongs_to(_key(f.binary), target) for f in obj.binaries)]
+
+
+def check_entries(scanned: ScannedInputs, target: GroupKey, label: str) -> list[str]:
+    """One message per object with OpenMP offload entries but no device code for ``target``."""
+    return [f"{obj.path}: has offload entries but no device code for {label}; recompile it with "
+            f"that target in OFFLOAD_ARCHS (--offload-arch), or drop {label} from the link"
+            for obj in objects_without_code(scanned, target)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -440,6 +452,7 @@ __all__ = [
     "device_symbols",
     "group_device_files",
     "group_key",
+    "objects_without_code",
     "host_runtime_arguments",
     "image_order",
     "read_device_inputs",

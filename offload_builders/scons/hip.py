@@ -443,36 +443,8 @@ def _object_emitter(target, source, env):
 # --------------------------------------------------------------------------------------------------
 # The link side of RDC mode: what clang-linker-wrapper 19 does for HIP, one node per step and target.
 
-#: The section of LLVM 19's HIP host offload entries (kernels and device variables to register).
-HIP_ENTRY_SECTION = "hip_offloading_entries"
 #: The offload kind of clang-linker-wrapper's own bundle entries (``bundleHIP``), not the driver's ``hipv4``.
 LINK_BUNDLE_KIND = "hip"
-
-_ENTRY_CACHE: dict[tuple[str, int, int], bool] = {}
-
-
-def _has_hip_entries(path: str) -> bool:
-    """Whether an ELF relocatable object registers HIP kernels or variables (a non-empty entry section)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    key = (path, st.st_mtime_ns, st.st_size)
-    if key not in _ENTRY_CACHE:
-        from elftools.elf.elffile import ELFFile
-
-        try:
-            with open(path, "rb") as f:
-                if f.read(4) != b"\x7fELF":
-                    found = False
-                else:
-                    f.seek(0)
-                    section = ELFFile(f).get_section_by_name(HIP_ENTRY_SECTION)
-                    found = section is not None and section["sh_size"] > 0
-        except Exception as exc:  # pyelftools raises its own exception types for damaged files
-            raise OffloadError(f"{path}: cannot read ELF sections: {exc}") from None
-        _ENTRY_CACHE[key] = found
-    return _ENTRY_CACHE[key]
 
 
 def offload_hip_extract(target, source, env) -> int:
@@ -488,9 +460,7 @@ def offload_hip_extract(target, source, env) -> int:
     try:
         major = _toolchain(env).major
         scanned = _scan([str(node) for node in source])
-        missing = [obj.path for obj in scanned.objects
-                   if not any(linking.belongs_to((f.binary.triple, f.binary.arch), key) for f in obj.binaries)
-                   and _has_hip_entries(obj.path)]
+        missing = [obj.path for obj in linking.objects_without_code(scanned, key, linking.HIP_ENTRY_SECTIONS)]
         if missing:
             raise SCons.Errors.BuildError(
                 node=target[0], errstr=f"{', '.join(missing)}: HIP kernels or device variables but no device code for"
