@@ -22,6 +22,7 @@ sees unchanged input and is not re-run when another target is added.
 from __future__ import annotations
 
 import io
+import mmap
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from offload_builders.errors import OffloadError, OffloadFormatError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
-from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID  # noqa: F401 (re-exported)
+from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import Toolchain
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.
@@ -162,8 +163,10 @@ def _may_hold_offload_code(path: str) -> bool:
     encode the name in ways a byte search cannot see, so any file holding bitcode is scanned in full.
     """
     with open(path, "rb") as f:
-        data = f.read()
-    return any(marker in data for marker in _OFFLOAD_MARKERS)
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:  # large libraries stay out of memory
+            return any(data.find(marker) >= 0 for marker in _OFFLOAD_MARKERS)
 
 
 def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:
@@ -428,9 +431,15 @@ def host_runtime_arguments(toolchain: Toolchain) -> list[str]:
     return ["-fopenmp", f"-L{toolchain.lib_dir}", "-lomptarget"]
 
 
-def image_order(keys: Iterable[GroupKey]) -> list[GroupKey]:
-    """The order ``clang-linker-wrapper`` registers images in: triple descending, then arch."""
-    return sorted(sorted(keys, key=lambda k: k[1]), key=lambda k: k[0], reverse=True)
+def wrap_openmp_images(images: Iterable[tuple[GroupKey, str]], llvm_version: int) -> bytes:
+    """The registration object for linked device images, each wrapped in an offload binary as
+    ``clang-linker-wrapper`` does and registered in its order: triple descending, then arch."""
+    from offload_builders import registration
+
+    ordered = sorted(sorted(images, key=lambda item: item[0][1]), key=lambda item: item[0][0], reverse=True)
+    binaries = [registration.openmp_image_binary(path, triple=triple, arch=arch, llvm_version=llvm_version)
+                for (triple, arch), path in ordered]
+    return registration.wrap(registration.OPENMP, binaries, llvm_version=llvm_version)
 
 
 def device_runtime(toolchain: Toolchain) -> Path:
@@ -454,11 +463,11 @@ __all__ = [
     "group_key",
     "objects_without_code",
     "host_runtime_arguments",
-    "image_order",
     "read_device_inputs",
     "scan_link_inputs",
     "select_device_files",
     "targets_compatible",
     "unpack_device_inputs",
+    "wrap_openmp_images",
     "write_device_inputs",
 ]

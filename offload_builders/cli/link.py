@@ -230,7 +230,8 @@ def _run(argv: Sequence[str], verbose: bool) -> None:
 
 
 def _link(opts: _Options) -> int:
-    from offload_builders import linking, registration
+    from offload_builders import linking
+    from offload_builders.targets import HOST_CPU_TRIPLE
     from offload_builders.toolchain import find_toolchain
 
     environ = dict(os.environ)
@@ -255,7 +256,7 @@ def _link(opts: _Options) -> int:
             linking.write_device_inputs(files, device_inputs)
             paths = linking.unpack_device_inputs(device_inputs, base + ".inputs")
             extra = [value for triple, value in opts.device_linker if triple in (None, key[0])]
-            host_libraries = [a for a in opts.linker_args if a.startswith(("-L", "-l"))] if key[0] == linking.HOST_CPU_TRIPLE else []
+            host_libraries = [a for a in opts.linker_args if a.startswith(("-L", "-l"))] if key[0] == HOST_CPU_TRIPLE else []
             command = linking.device_link_command(toolchain, key, paths, base + ".img",
                                                   flags=[f"-{opts.opt_level}", *extra], host_libraries=host_libraries)
             jobs.append((key, base + ".img", command))
@@ -268,10 +269,7 @@ def _link(opts: _Options) -> int:
                     future.result()
         wrapper = os.path.join(temp_root, f"{stem}.openmp.image.wrapper.o")
         if not opts.dry_run:
-            ordered = sorted(jobs, key=lambda job: linking.image_order([k for k, _, _ in jobs]).index(job[0]))
-            binaries = [registration.openmp_image_binary(image, triple=key[0], arch=key[1], llvm_version=toolchain.major)
-                        for key, image, _ in ordered]
-            data = registration.wrap(registration.OPENMP, binaries, llvm_version=toolchain.major)
+            data = linking.wrap_openmp_images([(key, image) for key, image, _ in jobs], toolchain.major)
             with open(wrapper, "wb") as f:
                 f.write(data)
         host = [opts.linker_path or "ld.lld", *_insert_after_output(opts.linker_args, wrapper)]

@@ -440,23 +440,12 @@ def _target_link_flags(target, source, env, for_signature):
 
 
 def _wrap_images(target, source, env) -> int:
-    """Generate the registration object for the linked images (no Clang process: llvmlite does it)."""
-    from offload_builders import registration
-
-    toolchain = _toolchain(env)
-    images = []
-    for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]):
-        if os.path.getsize(str(node)) == 0:
-            continue
-        tid = parse_target_id(tid_text)
-        triple, arch = linking.group_key(tid)
-        images.append(((triple, arch), str(node)))
-    order = {key: index for index, key in enumerate(linking.image_order(key for key, _ in images))}
-    images.sort(key=lambda item: order[item[0]])
+    """Generate the registration object for the linked images (no Clang process: llvmlite does it).
+    An empty image file means the target has no device code: it is not registered."""
+    images = [(linking.group_key(parse_target_id(tid_text)), str(node))
+              for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]) if os.path.getsize(str(node)) > 0]
     try:
-        binaries = [registration.openmp_image_binary(path, triple=key[0], arch=key[1], llvm_version=toolchain.major)
-                    for key, path in images]
-        data = registration.wrap(registration.OPENMP, binaries, llvm_version=toolchain.major)
+        data = linking.wrap_openmp_images(images, _toolchain(env).major)
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
     with open(_partial(env, target[0]), "wb") as f:
