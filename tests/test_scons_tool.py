@@ -413,3 +413,12 @@ def test_in_process_package_is_byte_identical_to_clang_offload_packager(project)
     assert rebuilt.count("PACKAGE") == 2 and rebuilt.count("DEVICE") == 0
     theirs = {p.name: p.read_bytes() for p in (project.root / "build").glob("*.offload.pkg")}
     assert len(ours) == 2 and ours == theirs
+
+
+def test_target_link_flags_reach_only_that_targets_device_link(project):
+    (project.root / "SConstruct").write_text(project.root.joinpath("SConstruct").read_text().replace(
+        'SConscript(', 'env["OFFLOAD_TARGET_LINKFLAGS"] = {"gfx90a": ["-Wl,--no-such-linker-option"]}\nSConscript('))
+    project.scons("archs=x86_64")  # gfx90a is not built: its flags change nothing
+    failed = project.scons("archs=x86_64,gfx90a", check=False)
+    assert failed.returncode != 0 and "no-such-linker-option" in failed.output
+    assert failed.count("DEVICELINK") == 1 and failed.count("DEVICELINK", ".gfx90a.") == 1

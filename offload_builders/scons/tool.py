@@ -102,15 +102,16 @@ def selected_targets(env) -> tuple[TargetID, ...]:
         raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
 
 
-def _target_flags(env, target: TargetID) -> list[str]:
-    """``$OFFLOAD_TARGET_FLAGS`` entries for ``target``; keys may be spelled any valid way."""
-    table = env.get("OFFLOAD_TARGET_FLAGS") or {}
+def _target_flags(env, target: TargetID, variable: str = "OFFLOAD_TARGET_FLAGS") -> list[str]:
+    """``$OFFLOAD_TARGET_FLAGS`` (or another ``{target ID: flags}`` variable) entries for ``target``; keys
+    may be spelled any valid way."""
+    table = env.get(variable) or {}
     flags: list[str] = []
     for key, value in table.items():
         try:
             canonical = parse_target_id(str(key))
         except OffloadError as error:
-            raise SCons.Errors.UserError(f"OFFLOAD_TARGET_FLAGS key {key!r}: {error}") from None
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
         if canonical == target:
             flags.extend(env.subst_list(value, SCons.Subst.SUBST_CMD)[0] if value else [])
     return [str(flag) for flag in flags]
@@ -428,15 +429,7 @@ def _device_link_cmd(target, source, env, for_signature):
 
 def _target_link_flags(target, source, env, for_signature):
     """``$OFFLOAD_TARGET_LINKFLAGS[target]``: device-link flags for one target ID."""
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags: list[str] = []
-    for key, value in (env.get("OFFLOAD_TARGET_LINKFLAGS") or {}).items():
-        try:
-            if parse_target_id(str(key)) == tid:
-                flags.extend(str(f) for f in env.subst_list(value, SCons.Subst.SUBST_CMD)[0])
-        except OffloadError as error:
-            raise SCons.Errors.UserError(f"OFFLOAD_TARGET_LINKFLAGS key {key!r}: {error}") from None
-    return flags
+    return _target_flags(env, parse_target_id(env.subst("$OFFLOAD_TARGET")), "OFFLOAD_TARGET_LINKFLAGS")
 
 
 def _wrap_images(target, source, env) -> int:
