@@ -31,6 +31,7 @@ from pathlib import Path
 from offload_builders.errors import OffloadError, OffloadFormatError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
+from offload_builders.formats.elf import file_reader, read_sections
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import Toolchain
@@ -173,15 +174,10 @@ def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:
     """The offload entry sections (of any offload kind) an ELF relocatable object has, non-empty."""
     if kind is not ContainerKind.ELF_RELOCATABLE:
         return frozenset()
-    from elftools.elf.elffile import ELFFile
-
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            return frozenset(name for name in _KNOWN_ENTRY_SECTIONS
-                             if (section := elf.get_section_by_name(name)) is not None and section["sh_size"] > 0)
-    except Exception as exc:  # pyelftools raises its own exception types for damaged files
-        raise OffloadFormatError(f"cannot read ELF sections: {exc}", path=path) from None
+    with open(path, "rb") as f:
+        table = read_sections(file_reader(f.fileno()), os.fstat(f.fileno()).st_size, path=path)
+    return frozenset(section.name for section in table.sections
+                     if section.name in _KNOWN_ENTRY_SECTIONS and section.sh_size > 0)
 
 
 # --------------------------------------------------------------------------------------------------

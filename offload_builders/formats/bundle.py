@@ -47,6 +47,7 @@ from offload_builders.errors import BundleFormatError, OffloadError, TargetIDErr
 from offload_builders.formats import _io
 from offload_builders.formats._io import CHUNK, ShortReadError, copy_file_range_stream, write_all
 from offload_builders.formats._record import Record
+from offload_builders.formats.elf import read_sections
 from offload_builders.formats.bundle_id import (
     clang19_target_id_field,
     clang_stringmap_order,
@@ -412,46 +413,29 @@ def parse_text_bundle(region: FileRegion, comment: str, *, label: str | None = N
 # ============================================================================================
 def parse_object_bundle(region: FileRegion, *, label: str | None = None, base: int = 0) -> list[BundleEntry]:
     """The ``__CLANG_OFFLOAD_BUNDLE__<id>`` sections of an ELF object, in section order."""
-    from elftools.common.exceptions import ELFError, ELFParseError
-    from elftools.elf.elffile import ELFFile
-
     entries: list[BundleEntry] = []
     seen: set[str] = set()
-    try:
-        elf = ELFFile(region)
-        header = elf.header
-        count = elf.num_sections()
-        expected_entsize = 64 if elf.elfclass == 64 else 40
-        if count and header["e_shentsize"] != expected_entsize:
-            raise _fail(f"invalid e_shentsize {header['e_shentsize']} (expected {expected_entsize})", label,
-                        base + (58 if elf.elfclass == 64 else 46))
-        if count and header["e_shoff"] + count * header["e_shentsize"] > region.size:
-            raise _fail(f"the ELF section header table ({count} entries at {header['e_shoff']}) runs past "
-                        f"the end of the file", label, base + header["e_shoff"])
-        if count > MAX_ENTRIES * 4:
-            raise _fail(f"{count} ELF sections is more than this reader accepts", label, base)
-        for index in range(count):
-            section = elf.get_section(index)
-            raw_name = section.name.encode("latin-1")
-            if not raw_name.startswith(MAGIC):
-                continue
-            shdr_at = header["e_shoff"] + index * header["e_shentsize"]
-            text = _decode_id(raw_name[len(MAGIC):], label, base + shdr_at, f"section {index}")
-            if text in seen:
-                raise _fail(f"duplicate bundle section for '{text}'", label, base + shdr_at)
-            seen.add(text)
-            size = 0 if section["sh_type"] == "SHT_NOBITS" else section["sh_size"]
-            offset = section["sh_offset"]
-            if size and (offset > region.size or size > region.size - offset):
-                raise _fail(f"section '{MAGIC_STR}{text}' at offset {offset} with size {size} runs past "
-                            f"the end of the file ({region.size} bytes)", label, base + shdr_at)
-            host = size == 1 and region.pread(1, offset) == b"\0"
-            entries.append(BundleEntry(text, offset, size, host_object=host))
-    except BundleFormatError:
-        raise
-    except (ELFError, ELFParseError, struct.error, ValueError, KeyError, IndexError, UnicodeError,
-            OverflowError, MemoryError) as exc:
-        raise _fail(f"malformed ELF object: {exc}", label, base) from None
+    table = read_sections(region.pread, region.size, path=label, base=base, error=BundleFormatError)
+    expected_entsize = 64 if table.elfclass == 64 else 40
+    if table.sections and table.e_shentsize != expected_entsize:
+        raise _fail(f"invalid e_shentsize {table.e_shentsize} (expected {expected_entsize})", label,
+                    base + (58 if table.elfclass == 64 else 46))
+    if len(table.sections) > MAX_ENTRIES * 4:
+        raise _fail(f"{len(table.sections)} ELF sections is more than this reader accepts", label, base)
+    for section in table.sections:
+        if not section.raw_name.startswith(MAGIC):
+            continue
+        shdr_at = section.header_at
+        text = _decode_id(section.raw_name[len(MAGIC):], label, base + shdr_at, f"section {section.index}")
+        if text in seen:
+            raise _fail(f"duplicate bundle section for '{text}'", label, base + shdr_at)
+        seen.add(text)
+        size, offset = section.file_size, section.sh_offset
+        if size and (offset > region.size or size > region.size - offset):
+            raise _fail(f"section '{MAGIC_STR}{text}' at offset {offset} with size {size} runs past "
+                        f"the end of the file ({region.size} bytes)", label, base + shdr_at)
+        host = size == 1 and region.pread(1, offset) == b"\0"
+        entries.append(BundleEntry(text, offset, size, host_object=host))
     return entries
 
 

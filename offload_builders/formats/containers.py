@@ -5,7 +5,7 @@
 
 * a raw OffloadBinary (``10 FF 10 AD``): the back-to-back binaries filling the file;
 * an ELF relocatable object, executable or shared object: every section of type
-  ``SHT_LLVM_OFFLOADING`` (``0x6fff4c0b``), found with pyelftools;
+  ``SHT_LLVM_OFFLOADING`` (``0x6fff4c0b``), found in the section table (:mod:`.elf`);
 * a COFF object (no section types there): every section whose name starts with ``.llvm.offloading``;
 * an ``ar`` archive (GNU, BSD or thin; nested archives too): every member, recursively;
 * LLVM bitcode (a host object compiled with ``-flto``): each global named by the ``!llvm.embedded.objects``
@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 from offload_builders.errors import OffloadError, OffloadFormatError
 from offload_builders.formats import _archive
+from offload_builders.formats.elf import file_reader, read_sections
 from offload_builders.formats._io import atomic_output, copy_file_range_stream, write_all
 from offload_builders.formats.offload_binary import MAGIC, OffloadBinary, iter_offload_binaries
 
@@ -254,52 +255,22 @@ def _with_path(binary: OffloadBinary, file: str) -> OffloadBinary:
 
 def _extract_elf(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
                  display: str | None, kind: ContainerKind) -> None:
-    from elftools.elf.elffile import ELFFile  # imported lazily: the packager's bundle path does not need it
-
     label = _label(file, members, display)
-    sections: list[tuple[str, int, int]] = []
-    at = start
-    try:
-        elf = ELFFile(_Window(f, start, size))  # type: ignore[arg-type]
-        shentsize = elf["e_shentsize"]
-        at = start + elf["e_shoff"]
-        count = elf.num_sections()
-        if count:
-            if shentsize < elf.structs.Elf_Shdr.sizeof():
-                raise OffloadFormatError(f"e_shentsize {shentsize} is smaller than a section header",
-                                         path=label, offset=start)
-            if elf["e_shoff"] > size or count > (size - elf["e_shoff"]) // shentsize:
-                raise OffloadFormatError(f"section header table ({count} entries) runs past the end of the file",
-                                         path=label, offset=start + elf["e_shoff"])
-        if kind is ContainerKind.ELF_SHARED_OBJECT and _has_interpreter(elf):
-            kind = ContainerKind.ELF_EXECUTABLE
-        if kind is ContainerKind.ELF_SHARED_OBJECT and not walk.include_shared_objects:
-            return
-        for index in range(count):
-            at = start + elf["e_shoff"] + index * shentsize
-            section = elf.get_section(index)
-            if section["sh_type"] not in (SHT_LLVM_OFFLOADING, "SHT_LLVM_OFFLOADING"):
-                continue
-            sections.append((section.name, section["sh_offset"], section["sh_size"]))
-    except OffloadError:
-        raise
-    except Exception as exc:  # pyelftools reports malformed input with many exception types
-        raise OffloadFormatError(f"malformed ELF file: {exc}", path=label, offset=at) from None
-    for name, offset, length in sections:
+    table = read_sections(file_reader(f.fileno(), start), size, path=label, base=start)
+    if kind is ContainerKind.ELF_SHARED_OBJECT and table.has_interpreter:
+        kind = ContainerKind.ELF_EXECUTABLE
+    if kind is ContainerKind.ELF_SHARED_OBJECT and not walk.include_shared_objects:
+        return
+    for section in table.sections:
+        if section.sh_type != SHT_LLVM_OFFLOADING:
+            continue
+        offset, length = section.sh_offset, section.sh_size
         if offset > size or length > size - offset:
-            raise OffloadFormatError(f"section {name} [{offset:#x}, {offset + length:#x}) runs past the end "
+            raise OffloadFormatError(f"section {section.name} [{offset:#x}, {offset + length:#x}) runs past the end "
                                      f"of the file ({size:#x} bytes)", path=label, offset=start + offset)
-        origin = Origin(file, kind, members, name, None, display)
+        origin = Origin(file, kind, members, section.name, None, display)
         for binary in iter_offload_binaries(f, start + offset, start + offset + length, path=label):
             walk.results.append(FoundBinary(_with_path(binary, file), origin))
-
-
-def _has_interpreter(elf: Any) -> bool:
-    """Whether an ``ET_DYN`` file is a position-independent executable (it has ``PT_INTERP``)."""
-    count = elf["e_phnum"]
-    if count == 0 or count >= 0xFFFF:
-        return False
-    return any(segment["p_type"] == "PT_INTERP" for segment in elf.iter_segments())
 
 
 # --- COFF objects -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ This module combines
   known publicly (kind, architecture, payload offset and size, compression flag).
 
 Archives (GNU, BSD, thin, nested) are searched member by member. Nothing is loaded whole: ELF files are
-read through pyelftools on file windows, bundle headers are parsed in place, and compressed bundles are
+read through their section tables (:mod:`.elf`) on file windows, bundle headers are parsed in place, and compressed bundles are
 decompressed into temporary files that live as long as the :class:`Inspection`.
 
 Every malformed structure ends in :class:`~offload_builders.errors.OffloadFormatError` naming the file
@@ -48,6 +48,7 @@ from offload_builders.formats.bundle import (
 )
 from offload_builders.formats.compressed import MAGIC as CCOB_MAGIC, FileRegion, decompress_to, read_header
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
+from offload_builders.formats.elf import SHT_NOBITS, read_sections
 from offload_builders.formats.offload_binary import ImageKind, kind_table
 
 __all__ = [
@@ -349,34 +350,18 @@ class _Walker:
 
     # --- ELF -------------------------------------------------------------------------------------
     def _elf(self, region: FileRegion, ctx: _Context, kind: ContainerKind) -> None:
-        from elftools.elf.elffile import ELFFile
-
         label = ctx.label
         wanted: list[tuple[str, int, int, int]] = []  # name, offset, size, section header offset
         object_bundle = False
-        at = region.start
-        try:
-            elf = ELFFile(region)
-            count = elf.num_sections()
-            shoff, shentsize = elf["e_shoff"], elf["e_shentsize"]
-            if count and (shoff > region.size or count * shentsize > region.size - shoff):
-                raise OffloadFormatError(f"section header table ({count} entries) runs past the end of the file",
-                                         path=label, offset=region.start + shoff)
-            if kind is ContainerKind.ELF_SHARED_OBJECT and 0 < elf["e_phnum"] < 0xFFFF and any(
-                    s["p_type"] == "PT_INTERP" for s in elf.iter_segments()):
-                kind = ContainerKind.ELF_EXECUTABLE
-            for index in range(count):
-                at = region.start + shoff + index * shentsize
-                section = elf.get_section(index)
-                name = section.name
-                if name.startswith(_OBJECT_BUNDLE_PREFIX):
-                    object_bundle = True
-                elif name in (".hip_fatbin", ".nv_fatbin") and section["sh_type"] != "SHT_NOBITS":
-                    wanted.append((name, section["sh_offset"], section["sh_size"], at))
-        except OffloadError:
-            raise
-        except Exception as exc:  # pyelftools reports malformed input with many exception types
-            raise OffloadFormatError(f"malformed ELF file: {exc}", path=label, offset=at) from None
+        table = read_sections(region.pread, region.size, path=label, base=region.start)
+        if kind is ContainerKind.ELF_SHARED_OBJECT and table.has_interpreter:
+            kind = ContainerKind.ELF_EXECUTABLE
+        for section in table.sections:
+            name = section.name
+            if name.startswith(_OBJECT_BUNDLE_PREFIX):
+                object_bundle = True
+            elif name in (".hip_fatbin", ".nv_fatbin") and section.sh_type != SHT_NOBITS:
+                wanted.append((name, section.sh_offset, section.sh_size, region.start + section.header_at))
         elf_ctx = ctx.holding(kind.value)
         for name, offset, size, header_at in wanted:
             if offset > region.size or size > region.size - offset:
