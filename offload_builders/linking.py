@@ -21,7 +21,6 @@ sees unchanged input and is not re-run when another target is added.
 """
 from __future__ import annotations
 
-import io
 import mmap
 import os
 from collections.abc import Iterable, Sequence
@@ -31,7 +30,8 @@ from pathlib import Path
 from offload_builders.errors import OffloadError, OffloadFormatError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
-from offload_builders.formats.elf import file_reader, read_sections
+from offload_builders.formats.elf import (STB_LOCAL, STB_WEAK, STT_FILE, STT_SECTION, STV_HIDDEN, STV_INTERNAL,
+                                          file_reader, read_sections, read_symbols)
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import Toolchain
@@ -207,23 +207,14 @@ def device_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
 
 def _elf_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
-    from elftools.elf.elffile import ELFFile
+    def pread(length: int, offset: int) -> bytes:
+        return image[offset:offset + max(0, length)]
 
-    try:
-        elf = ELFFile(io.BytesIO(image))
-        table = elf.get_section_by_name(".symtab")
-        if table is None:
-            return []
-        symbols = []
-        for sym in table.iter_symbols():
-            bind, sym_type = sym["st_info"]["bind"], sym["st_info"]["type"]
-            if bind == "STB_LOCAL" or sym_type in ("STT_SECTION", "STT_FILE") or not sym.name:
-                continue
-            symbols.append(DeviceSymbol(sym.name, sym["st_shndx"] == "SHN_UNDEF", bind == "STB_WEAK",
-                                        sym["st_other"]["visibility"] in ("STV_HIDDEN", "STV_INTERNAL")))
-        return symbols
-    except Exception as exc:
-        raise OffloadFormatError(f"cannot read the device object's symbols: {exc}", path=label) from None
+    table = read_sections(pread, len(image), path=label)
+    return [DeviceSymbol(sym.name.decode("utf-8", "surrogateescape"), sym.undefined, sym.binding == STB_WEAK,
+                         sym.visibility in (STV_HIDDEN, STV_INTERNAL))
+            for sym in read_symbols(pread, len(image), table, path=label)
+            if sym.binding != STB_LOCAL and sym.symbol_type not in (STT_SECTION, STT_FILE) and sym.name]
 
 
 def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
@@ -425,6 +416,14 @@ def device_link_command(toolchain: Toolchain, key: GroupKey, inputs: Sequence[st
 def host_runtime_arguments(toolchain: Toolchain) -> list[str]:
     """What the host link needs for offloading without the linker wrapper: libomp and libomptarget."""
     return ["-fopenmp", f"-L{toolchain.lib_dir}", "-lomptarget"]
+
+
+def load_wrapper_compiler() -> None:
+    """Start loading LLVM for :func:`wrap_openmp_images` in the background, so that it overlaps a link's
+    scan and device links (see :func:`offload_builders.registration.load_llvm_in_background`)."""
+    from offload_builders import registration
+
+    registration.load_llvm_in_background()
 
 
 def wrap_openmp_images(images: Iterable[tuple[GroupKey, str]], llvm_version: int) -> bytes:

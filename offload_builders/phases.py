@@ -23,12 +23,9 @@ This module has no SCons imports; the SCons tool and the CLIs are thin layers ov
 """
 from __future__ import annotations
 
-import atexit
 import functools
-import json
 import os
 import shlex
-import threading
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +34,7 @@ from pathlib import Path
 
 from offload_builders.errors import ToolchainError
 from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
-from offload_builders.toolchain import Toolchain
+from offload_builders.toolchain import ProbeCache, Toolchain
 
 #: The device triples every host compile declares. Host IR is identical for any non-empty list,
 #: so a fixed list keeps the host front end's command (and its cache key) independent of $OFFLOAD_ARCHS.
@@ -140,65 +137,6 @@ def _value_after(argv: Sequence[str], flag: str) -> str | None:
         if arg == flag:
             return argv[index + 1]
     return None
-
-
-class ProbeCache:
-    """Driver probe results kept on disk, so a no-op rebuild spawns no ``clang -###`` at all.
-
-    Keys name the driver binary by path, size and modification time, so an upgraded compiler is
-    probed again. The file is rewritten (atomically) at exit only when something new was probed.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._dirty = False
-        try:
-            loaded = json.loads(self.path.read_text())
-            self._entries: dict[str, list[list[str]]] = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
-            self._entries = {}
-        atexit.register(self.save)
-
-    @staticmethod
-    def key(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> str:
-        # The invoked name matters (clang and clang++ are one binary in two driver modes), and so
-        # does the binary behind it.
-        real = os.path.realpath(driver)
-        stat = os.stat(real)
-        return json.dumps([os.path.abspath(driver), real, stat.st_size, stat.st_mtime_ns, language, flags, cwd])
-
-    def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
-        jobs = self._entries.get(key)
-        return None if jobs is None else tuple(tuple(job) for job in jobs)
-
-    def put(self, key: str, jobs: tuple[tuple[str, ...], ...]) -> None:
-        with self._lock:
-            self._entries[key] = [list(job) for job in jobs]
-            self._dirty = True
-
-    def save(self) -> None:
-        with self._lock:
-            if not self._dirty:
-                return
-            partial = self.path.with_name(self.path.name + ".partial")
-            try:
-                partial.write_text(json.dumps(self._entries))
-                os.replace(partial, self.path)
-            except OSError:
-                return  # a read-only tree only loses the cache, never the build
-            self._dirty = False
-
-
-_PROBE_CACHES: dict[str, ProbeCache] = {}
-
-
-def probe_cache(path: str | os.PathLike[str]) -> ProbeCache:
-    """One :class:`ProbeCache` per file per process."""
-    key = os.path.abspath(path)
-    if key not in _PROBE_CACHES:
-        _PROBE_CACHES[key] = ProbeCache(key)
-    return _PROBE_CACHES[key]
 
 
 @functools.lru_cache(maxsize=512)

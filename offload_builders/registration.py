@@ -27,6 +27,7 @@ Only ELF hosts are supported (Mach-O and COFF use other section names).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Final, Union
@@ -539,19 +540,45 @@ def hip_module(fatbin: bytes, *, llvm_version: int = 19, host_triple: str = DEFA
 
 
 _BINDING: ModuleType | None = None
+_BINDING_LOCK = threading.Lock()
+_LOADING: threading.Thread | None = None
 
 
 def _binding() -> ModuleType:
     """``llvmlite.binding``, imported on first use (building modules does not need it) with every target
     and assembly printer registered once."""
     global _BINDING
-    if _BINDING is None:
-        import llvmlite.binding as llvm
+    with _BINDING_LOCK:
+        if _BINDING is None:
+            import llvmlite.binding as llvm
 
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        _BINDING = llvm
-    return _BINDING
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+            _BINDING = llvm
+        return _BINDING
+
+
+def load_llvm_in_background() -> None:
+    """Start loading LLVM for :func:`compile_module` in a daemon thread (once per process).
+
+    Importing llvmlite and registering its targets takes 60 to 90 ms, as long as the whole wrap
+    after it. A link calls this before its scan and device links, which wait on files and child
+    processes, so the wrap finds LLVM ready. A failure here is ignored: the wrap loads LLVM again
+    itself and reports it.
+    """
+    global _LOADING
+    with _BINDING_LOCK:
+        if _LOADING is not None or _BINDING is not None:
+            return
+        _LOADING = threading.Thread(target=_load_quietly, name="offload-builders-llvm", daemon=True)
+    _LOADING.start()
+
+
+def _load_quietly() -> None:
+    try:
+        _binding()
+    except Exception:  # noqa: BLE001 - reported by the wrap that needs it
+        pass
 
 
 def _codegen_text(module: ir.Module) -> str:
@@ -627,22 +654,25 @@ def _patch_blobs(obj: bytes, blobs: Sequence[tuple[str, bytes]]) -> bytes:
     """Write each ``(symbol, bytes)`` over the zeros its symbol covers in the object file."""
     if not blobs:
         return obj
-    import io
+    from offload_builders.formats.elf import SHT_NOBITS, read_sections, read_symbols
 
-    from elftools.elf.elffile import ELFFile
+    def pread(length: int, offset: int) -> bytes:
+        return obj[offset:offset + max(0, length)]
 
-    elf = ELFFile(io.BytesIO(obj))
-    symtab = elf.get_section_by_name(".symtab")
+    table = read_sections(pread, len(obj))
+    by_name: dict[bytes, list] = {}
+    for symbol in read_symbols(pread, len(obj), table):
+        by_name.setdefault(symbol.name, []).append(symbol)
     out = bytearray(obj)
     for name, data in blobs:
-        symbols = symtab.get_symbol_by_name(name) if symtab is not None else None
-        if not symbols or len(symbols) != 1:
+        symbols = by_name.get(name.encode())
+        if not symbols or len(symbols) != 1 or symbols[0].st_shndx >= len(table.sections):
             raise OffloadError(f"internal error: the object has no single symbol {name!r} to place its bytes at")
         symbol = symbols[0]
-        section = elf.get_section(symbol["st_shndx"])
-        start = section["sh_offset"] + symbol["st_value"]
-        if (section["sh_type"] == "SHT_NOBITS" or symbol["st_size"] != len(data)
-                or symbol["st_value"] + len(data) > section["sh_size"] or any(out[start:start + len(data)])):
+        section = table.sections[symbol.st_shndx]
+        start = section.sh_offset + symbol.st_value
+        if (section.sh_type == SHT_NOBITS or symbol.st_size != len(data)
+                or symbol.st_value + len(data) > section.sh_size or any(out[start:start + len(data)])):
             raise OffloadError(f"internal error: {name!r} is not a zero-filled {len(data)}-byte range in the object")
         out[start:start + len(data)] = data
     return bytes(out)

@@ -6,11 +6,14 @@ what is missing and the Debian package that provides it.
 """
 from __future__ import annotations
 
+import atexit
 import functools
+import json
 import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +111,80 @@ class Toolchain:
         raise ToolchainError(f"{name} not found in {self.lib_dir}{install_hint(name)}")
 
 
+class ProbeCache:
+    """Driver probe results kept on disk, so a no-op rebuild spawns no ``clang -###`` at all.
+
+    Keys name the driver binary by path, size and modification time, so an upgraded compiler is
+    probed again. The file is rewritten (atomically) at exit only when something new was probed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._dirty = False
+        try:
+            loaded = json.loads(self.path.read_text())
+            self._entries: dict[str, list[list[str]]] = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            self._entries = {}
+        atexit.register(self.save)
+
+    @staticmethod
+    def key(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> str:
+        # The invoked name matters (clang and clang++ are one binary in two driver modes), and so
+        # does the binary behind it.
+        real = os.path.realpath(driver)
+        stat = os.stat(real)
+        return json.dumps([os.path.abspath(driver), real, stat.st_size, stat.st_mtime_ns, language, flags, cwd])
+
+    def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
+        jobs = self._entries.get(key)
+        return None if jobs is None else tuple(tuple(job) for job in jobs)
+
+    def put(self, key: str, jobs: tuple[tuple[str, ...], ...]) -> None:
+        with self._lock:
+            self._entries[key] = [list(job) for job in jobs]
+            self._dirty = True
+
+    def save(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                partial.write_text(json.dumps(self._entries))
+                os.replace(partial, self.path)
+            except OSError:
+                return  # a read-only tree only loses the cache, never the build
+            self._dirty = False
+
+
+_PROBE_CACHES: dict[str, ProbeCache] = {}
+
+
+def probe_cache(path: str | os.PathLike[str]) -> ProbeCache:
+    """One :class:`ProbeCache` per file per process."""
+    key = os.path.abspath(path)
+    if key not in _PROBE_CACHES:
+        _PROBE_CACHES[key] = ProbeCache(key)
+    return _PROBE_CACHES[key]
+
+
+def user_probe_cache() -> ProbeCache | None:
+    """The per-user cache of toolchain probes (``$OFFLOAD_BUILDERS_CACHE_DIR``, else the XDG cache directory).
+
+    Running ``clang --version`` and ``clang -print-resource-dir`` costs two processes (20 to 40 ms)
+    in every SCons run and every ``offload-link``; the answers change only with the binary, which is
+    part of the key. ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns the cache off.
+    """
+    directory = os.environ.get("OFFLOAD_BUILDERS_CACHE_DIR")
+    if directory is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        directory = os.path.join(base, "offload-builders")
+    return probe_cache(os.path.join(directory, "toolchains.json")) if directory else None
+
+
 def _candidate_compilers(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """The places we look for clang, in order, each with how we found it (for error messages)."""
     candidates: list[tuple[str, str]] = []
@@ -151,12 +228,19 @@ def _sibling_cxx(clang: Path) -> Path:
 def _probe_toolchain(clang_text: str, cuda_text: str, search_path: str) -> Toolchain:
     clang = Path(clang_text)
     real = Path(os.path.realpath(clang))
-    version_text = _run([str(clang), "--version"])
+    cache = user_probe_cache()
+    key = ProbeCache.key(str(clang), "toolchain", ("--version", "-print-resource-dir"), "") if cache else ""
+    answers = cache.get(key) if cache else None
+    if answers is None or len(answers) != 2 or len(answers[0]) != 1 or len(answers[1]) != 1:
+        answers = ((_run([str(clang), "--version"]),), (_run([str(clang), "-print-resource-dir"]),))
+        if cache:
+            cache.put(key, answers)
+    version_text, resource_text = answers[0][0], answers[1][0]
     match = _VERSION_RE.search(version_text)
     if not match:
         raise ToolchainError(f"{clang} does not look like clang: --version printed {version_text.splitlines()[:1]}")
     version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
-    resource_dir = Path(_run([str(clang), "-print-resource-dir"]).strip())
+    resource_dir = Path(resource_text.strip())
     bin_dir = real.parent
     lib_dir = bin_dir.parent / "lib"
     cuda_path = Path(cuda_text) if cuda_text and Path(cuda_text).is_dir() else None

@@ -15,6 +15,13 @@ LLVM22_BIN = Path(os.environ.get("OFFLOAD_LLVM22_BIN", "/usr/lib/llvm-22/bin"))
 CUDA_BIN = Path(os.environ.get("OFFLOAD_CUDA_BIN", "/usr/local/cuda/bin"))
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# The per-user toolchain probe cache goes to a scratch directory, not the home of whoever runs the tests
+# (subprocesses inherit it).
+if "OFFLOAD_BUILDERS_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["OFFLOAD_BUILDERS_CACHE_DIR"] = tempfile.mkdtemp(prefix="offload-builders-test-cache-")
+
 
 def _require(path: Path) -> Path:
     if not (path.is_file() and os.access(path, os.X_OK)):

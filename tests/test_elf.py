@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from offload_builders.errors import BundleFormatError, OffloadFormatError
 from offload_builders.formats.elf import file_reader, read_sections
 
-SOURCE = "int counter = 3;\nstatic int hidden[4];\nint bump(int x) { return counter += x + hidden[x & 3]; }\n"
+SOURCE = ("int counter = 3;\nstatic int hidden[4];\nextern int outside(int);\n"
+          "int bump(int x) { return counter += x + hidden[x & 3] + outside(x); }\n")
 TRIPLES = ["x86_64-unknown-linux-gnu", "i686-unknown-linux-gnu", "powerpc-unknown-linux-gnu",
            "powerpc64-unknown-linux-gnu", "amdgcn-amd-amdhsa"]
 
@@ -140,3 +141,28 @@ def test_errors_name_the_field(tmp_path, sample_object):
     with pytest.raises(OffloadFormatError, match="e_shstrndx 500 names no section") as info:
         _ours(tmp_path / "strndx.o")
     assert info.value.offset == 62
+
+
+@pytest.mark.parametrize("triple", TRIPLES)
+def test_symbols_agree_with_pyelftools(llvm19, tmp_path, triple):
+    from offload_builders.formats.elf import read_symbols
+
+    path = _compile(llvm19, tmp_path, triple, "-fvisibility=hidden") if triple.startswith("amdgcn") else \
+        _compile(llvm19, tmp_path, triple)
+    with open(path, "rb") as f:
+        reader = file_reader(f.fileno())
+        size = os.fstat(f.fileno()).st_size
+        ours = read_symbols(reader, size, read_sections(reader, size))
+        elf = ELFFile(f)
+        symtab = elf.get_section_by_name(".symtab")
+        theirs = [(s.name.encode(), s["st_info"]["bind"], s["st_info"]["type"], s["st_other"]["visibility"],
+                   s["st_shndx"], s["st_value"], s["st_size"]) for s in symtab.iter_symbols()][1:]
+    bindings = {0: "STB_LOCAL", 1: "STB_GLOBAL", 2: "STB_WEAK"}
+    visibility = {0: "STV_DEFAULT", 1: "STV_INTERNAL", 2: "STV_HIDDEN", 3: "STV_PROTECTED"}
+    assert [(s.name, bindings[s.binding], visibility[s.visibility], s.undefined, s.st_value, s.st_size)
+            for s in ours] == [(name, bind, vis, shndx == "SHN_UNDEF", value, size)
+                               for name, bind, _type, vis, shndx, value, size in theirs]
+    names = {s.name for s in ours}
+    assert {b"counter", b"bump"} <= names
+    assert b"outside" in [s.name for s in ours if s.undefined]
+    assert b"counter" not in [s.name for s in ours if s.undefined]

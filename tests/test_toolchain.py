@@ -49,3 +49,33 @@ def test_missing_ptxas_is_explained(tmp_path):
     toolchain = find_toolchain({"OFFLOAD_CLANG": "/usr/lib/llvm-19/bin/clang", "CUDA_PATH": str(tmp_path), "PATH": ""})
     with pytest.raises(ToolchainError, match=r"ptxas is needed for NVPTX targets.*CUDA toolkit"):
         toolchain.cuda_tool("ptxas")
+
+
+def _probe_in_child(env: dict[str, str], clang: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("from offload_builders.toolchain import find_toolchain; "
+            f"t = find_toolchain({{'OFFLOAD_CLANG': {str(clang)!r}, 'PATH': ''}}); print(t.version, t.resource_dir)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("(19, "), done.stdout
+
+
+def test_version_probe_is_kept_across_processes_until_the_binary_changes(tmp_path):
+    """Each SCons run and each offload-link would otherwise start two clang processes to learn the version."""
+    log = tmp_path / "calls"
+    clang = tmp_path / "bin" / "clang"
+    clang.parent.mkdir()
+    clang.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec /usr/lib/llvm-19/bin/clang "$@"\n')
+    clang.chmod(0o755)
+    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "cache"))
+    _probe_in_child(env, clang)
+    assert log.read_text().split() == ["--version", "-print-resource-dir"]
+    assert (tmp_path / "cache" / "toolchains.json").is_file()
+    _probe_in_child(env, clang)
+    assert log.read_text().split() == ["--version", "-print-resource-dir"]  # answered from the cache
+    clang.write_text(clang.read_text() + "# upgraded\n")  # a new binary: new size and mtime
+    _probe_in_child(env, clang)
+    assert log.read_text().split() == ["--version", "-print-resource-dir"] * 2
+    _probe_in_child(dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), clang)  # the cache turned off
+    assert log.read_text().split() == ["--version", "-print-resource-dir"] * 3

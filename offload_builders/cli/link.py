@@ -264,6 +264,7 @@ def _link(opts: _Options) -> int:
             for _, _, command in jobs:
                 _print(command)
         else:
+            linking.load_wrapper_compiler()  # LLVM loads while the device links' processes run
             with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
                 for future in [pool.submit(_run, command, opts.verbose) for _, _, command in jobs]:
                     future.result()

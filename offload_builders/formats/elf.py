@@ -1,10 +1,11 @@
-"""The ELF section table: the one part of an ELF file the offload scanners read.
+"""The ELF section and symbol tables: the parts of an ELF file the offload scanners and the linker read.
 
 Finding ``.llvm.offloading``, ``__CLANG_OFFLOAD_BUNDLE__*``, ``.hip_fatbin`` or ``omp_offloading_entries``
 needs each section's name, type, offset and size, nothing else. pyelftools builds a full ``construct``
 parser for every file it opens (about 1.5 ms each: 70 ms for the 46 members of
 ``libomptarget.devicertl.a``, which every OpenMP link scans), so the scans read the file header and
-section headers here with :mod:`struct`. Symbol tables and everything else stay with pyelftools.
+section headers here with :mod:`struct`, and the symbol table the device-code selection reads (name,
+binding, visibility, defined or not) too. Everything else stays with pyelftools.
 
 Field names are the ELF specification's (as in pyelftools' ``structs.py``); each record is declared
 once per class (32/64-bit) and byte order. A damaged file is an :class:`OffloadFormatError` (or the
@@ -25,7 +26,11 @@ ELFCLASS32, ELFCLASS64 = 1, 2
 ELFDATA2LSB, ELFDATA2MSB = 1, 2
 ET_DYN = 3
 PT_INTERP = 3
+SHT_SYMTAB = 2
 SHT_NOBITS = 8
+STB_LOCAL, STB_WEAK = 0, 2
+STT_SECTION, STT_FILE = 3, 4
+STV_INTERNAL, STV_HIDDEN = 1, 2
 SHN_UNDEF, SHN_XINDEX = 0, 0xFFFF
 PN_XNUM = 0xFFFF
 _IDENT_SIZE = 16
@@ -40,11 +45,14 @@ class _Layout:
     section: struct.Struct  # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link, sh_info,
     #                         sh_addralign, sh_entsize
     p_type: struct.Struct  # the first field of a program header, the same in both classes
+    symbol: struct.Struct  # Elf64_Sym: st_name, st_info, st_other, st_shndx, st_value, st_size;
+    #                        Elf32_Sym: st_name, st_value, st_size, st_info, st_other, st_shndx
 
 
 def _layout(order: str, address: str) -> _Layout:
+    symbol = struct.Struct(f"{order}IBBHQQ" if address == "Q" else f"{order}IIIBBH")
     return _Layout(struct.Struct(f"{order}HHI{address * 3}IHHHHHH"), struct.Struct(f"{order}II{address * 4}II{address * 2}"),
-                   struct.Struct(f"{order}I"))
+                   struct.Struct(f"{order}I"), symbol)
 
 
 _LAYOUTS = {
@@ -82,6 +90,7 @@ class ElfSections:
     """The file header fields the scanners use and every section, in section-table order."""
 
     elfclass: int  # 32 or 64
+    little_endian: bool
     e_type: int
     e_shoff: int
     e_shentsize: int
@@ -160,7 +169,7 @@ def read_sections(pread: Reader, size: int, *, path: str | None = None, base: in
             end = names.find(b"\0", sh_name)
             name = names[sh_name:end if end >= 0 else len(names)]
         sections.append(ElfSection(index, name, sh_type, sh_offset, sh_size, header_at))
-    return ElfSections(elfclass, e_type, e_shoff, e_shentsize,
+    return ElfSections(elfclass, ident[5] == ELFDATA2LSB, e_type, e_shoff, e_shentsize,
                        e_type == ET_DYN and _has_interpreter(pread, size, layout, e_phoff, e_phentsize, e_phnum, fail),
                        tuple(sections))
 
@@ -174,6 +183,63 @@ def _has_interpreter(pread: Reader, size: int, layout: _Layout, e_phoff: int, e_
                    e_phoff)
     return any(layout.p_type.unpack(pread(layout.p_type.size, e_phoff + index * e_phentsize))[0] == PT_INTERP
                for index in range(e_phnum))
+
+
+@dataclass(frozen=True)
+class ElfSymbol:
+    """One symbol table entry, with the fields the device-code selection looks at."""
+
+    name: bytes
+    binding: int  # STB_*
+    symbol_type: int  # STT_*
+    visibility: int  # STV_*
+    st_shndx: int  # 0 (SHN_UNDEF): undefined
+    st_value: int
+    st_size: int
+
+    @property
+    def undefined(self) -> bool:
+        return self.st_shndx == SHN_UNDEF
+
+
+def read_symbols(pread: Reader, size: int, table: ElfSections, *, path: str | None = None, base: int = 0,
+                 error: type[OffloadFormatError] = OffloadFormatError) -> list[ElfSymbol]:
+    """The entries of the first ``SHT_SYMTAB`` section (as LLVM reads it), after the null entry."""
+    def fail(message: str, at: int) -> OffloadFormatError:
+        return error(f"malformed ELF file: {message}", path=path, offset=base + at)
+
+    symtab = next((section for section in table.sections if section.sh_type == SHT_SYMTAB), None)
+    if symtab is None:
+        return []
+    layout = _LAYOUTS[(ELFCLASS64 if table.elfclass == 64 else ELFCLASS32,
+                       ELFDATA2LSB if table.little_endian else ELFDATA2MSB)]
+    entry = layout.symbol
+    if symtab.sh_offset > size or symtab.sh_size > size - symtab.sh_offset:
+        raise fail(f"the symbol table [{symtab.sh_offset:#x}, {symtab.sh_offset + symtab.sh_size:#x}) runs past the end "
+                   f"of the file ({size:#x} bytes)", symtab.header_at)
+    link_data = pread(layout.section.size, symtab.header_at)
+    sh_link = layout.section.unpack(link_data)[6]
+    if sh_link >= len(table.sections):
+        raise fail(f"the symbol table's sh_link {sh_link} names no section", symtab.header_at)
+    strings_section = table.sections[sh_link]
+    if strings_section.sh_offset > size or strings_section.file_size > size - strings_section.sh_offset:
+        raise fail("the symbol string table runs past the end of the file", strings_section.header_at)
+    strings = pread(strings_section.file_size, strings_section.sh_offset)
+    raw = pread(symtab.sh_size, symtab.sh_offset)
+    symbols = []
+    for at in range(entry.size, len(raw) - entry.size + 1, entry.size):
+        fields = entry.unpack_from(raw, at)
+        if table.elfclass == 64:
+            st_name, st_info, st_other, st_shndx, st_value, st_size = fields
+        else:
+            st_name, st_value, st_size, st_info, st_other, st_shndx = fields
+        if st_name >= len(strings) and st_name:
+            raise fail(f"symbol {at // entry.size}'s name offset {st_name} is outside its string table",
+                       symtab.sh_offset + at)
+        end = strings.find(b"\0", st_name)
+        symbols.append(ElfSymbol(strings[st_name:end if end >= 0 else len(strings)], st_info >> 4, st_info & 0xF,
+                                 st_other & 0x3, st_shndx, st_value, st_size))
+    return symbols
 
 
 def file_reader(fd: int, start: int = 0) -> Reader:

@@ -77,7 +77,7 @@ from offload_builders.hip_phases import (
     check_targets,
     is_rdc,
 )
-from offload_builders.phases import probe_cache
+from offload_builders.toolchain import probe_cache
 from offload_builders.scons import tool as _tool
 from offload_builders.scons.tool import (
     _COMMIT,

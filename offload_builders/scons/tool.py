@@ -37,9 +37,9 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
-from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of, probe_cache
+from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
-from offload_builders.toolchain import Toolchain, find_toolchain
+from offload_builders.toolchain import Toolchain, find_toolchain, probe_cache
 
 #: Construction variables this tool reads, with their defaults (set only where the user has not).
 _DEFAULTS: dict[str, Any] = {
@@ -384,6 +384,7 @@ def _inputs_dir(env, node) -> str:
 
 def _unpack_device_inputs(target, source, env) -> int:
     """Unpack the device input file next to the image; with no device code the image is an empty file."""
+    linking.load_wrapper_compiler()  # the wrap node follows: LLVM loads while the device link's process runs
     directory = _inputs_dir(env, target[0])
     if os.path.isdir(directory):
         for name in os.listdir(directory):
