@@ -47,7 +47,6 @@ from offload_builders.errors import BundleFormatError, OffloadError, TargetIDErr
 from offload_builders.formats import _io
 from offload_builders.formats._io import CHUNK, ShortReadError, copy_file_range_stream, write_all
 from offload_builders.formats._record import Record
-from offload_builders.formats.elf import read_sections
 from offload_builders.formats.bundle_id import (
     clang19_target_id_field,
     clang_stringmap_order,
@@ -413,6 +412,8 @@ def parse_text_bundle(region: FileRegion, comment: str, *, label: str | None = N
 # ============================================================================================
 def parse_object_bundle(region: FileRegion, *, label: str | None = None, base: int = 0) -> list[BundleEntry]:
     """The ``__CLANG_OFFLOAD_BUNDLE__<id>`` sections of an ELF object, in section order."""
+    from offload_builders.formats.elf import read_sections  # lazily: unbundling other types stays lean
+
     entries: list[BundleEntry] = []
     seen: set[str] = set()
     table = read_sections(region.pread, region.size, path=label, base=base, error=BundleFormatError)
