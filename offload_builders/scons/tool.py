@@ -152,10 +152,21 @@ def _guarded(render: Callable[..., list[str]]) -> Callable[..., list[SCons.Subst
     """Adapt a renderer to SCons' callable-variable convention, turning our errors into ``UserError``."""
 
     def command(target, source, env, for_signature):
+        # SCons renders a node's command four or five times (signature, implicit dependencies, display,
+        # execution); a node's environment and sources are fixed, so render it once per mode.
+        memo = getattr(target[0].attributes, "_offload_commands", None) if target else None
+        key = (render.__name__, bool(for_signature))
+        if memo is not None and key in memo:
+            return memo[key]
         try:
-            return _literal(render(target, source, env, for_signature))
+            rendered = _literal(render(target, source, env, for_signature))
         except OffloadError as error:
             raise _user_error(error) from None
+        if target:
+            if memo is None:
+                memo = target[0].attributes._offload_commands = {}
+            memo[key] = rendered
+        return rendered
 
     command.__name__ = render.__name__
     return command
