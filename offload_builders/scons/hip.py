@@ -551,10 +551,12 @@ def offload_hip_wrap(target, source, env) -> int:
     return 0
 
 
+_HIP_WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
+_HIP_EXTRACT_IN_PROCESS = _tool.in_process_action(offload_hip_extract, "EXTRACT", _tool._FUNCTION_PHASE_VARLIST)
+_HIP_WRAP_IN_PROCESS = _tool.in_process_action(offload_hip_wrap, "WRAP", _HIP_WRAP_VARLIST)
 _WRAP_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
     _REMOVE_STALE,
-    SCons.Action.Action("$OFFLOAD_WRAPCOM", "$OFFLOAD_WRAPCOMSTR",
-                        varlist=["OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG"]),
+    SCons.Action.Action("$OFFLOAD_WRAPCOM", "$OFFLOAD_WRAPCOMSTR", varlist=list(_HIP_WRAP_VARLIST)),
     _COMMIT,
 ]))
 
@@ -625,12 +627,11 @@ def generate(env) -> None:
     for name in ("_OFFLOAD_LINK_TARGETS", "_OFFLOAD_HOST_RUNTIME"):
         env[name] = _no_link_arguments  # the OpenMP link's extra arguments have no HIP counterpart
     # The OpenMP link's extract and wrap functions, unless the user chose others.
-    if env.get("OFFLOAD_EXTRACTCOM") is _tool._extract_device_inputs:
-        env["OFFLOAD_EXTRACTCOM"] = offload_hip_extract
-    if env.get("OFFLOAD_WRAPCOM") is _tool._wrap_images:
-        env["OFFLOAD_WRAPCOM"] = offload_hip_wrap
-    in_process_package = getattr(_tool, "_package_in_process", None)  # OpenMP's in-process packager
-    if in_process_package is not None and env.get("OFFLOAD_PACKAGECOM") is in_process_package:
+    if env.get("OFFLOAD_EXTRACTCOM") is _tool.EXTRACT_IN_PROCESS:
+        env["OFFLOAD_EXTRACTCOM"] = _HIP_EXTRACT_IN_PROCESS
+    if env.get("OFFLOAD_WRAPCOM") is _tool.WRAP_IN_PROCESS:
+        env["OFFLOAD_WRAPCOM"] = _HIP_WRAP_IN_PROCESS
+    if env.get("OFFLOAD_PACKAGECOM") is _tool.PACKAGE_IN_PROCESS:
         env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"  # it reads OpenMP's variables: HIP runs the packager
 
     for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++

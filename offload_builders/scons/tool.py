@@ -474,11 +474,26 @@ def _function_phase(phase: str, before=(), after=()) -> SCons.Action.ListAction:
     return SCons.Action.ListAction([
         _REMOVE_STALE, *before,
         SCons.Action.Action(f"$OFFLOAD_{phase}COM", f"$OFFLOAD_{phase}COMSTR",
-                            varlist=["OFFLOAD_TARGET", "OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS"]),
+                            varlist=list(_FUNCTION_PHASE_VARLIST)),
         _COMMIT, *after,
     ])
 
 
+def in_process_action(function, phase: str, varlist: Sequence[str]) -> SCons.Action.FunctionAction:
+    """A default ``$OFFLOAD_<PHASE>COM`` that runs ``function`` in the SCons process, as one action object.
+
+    Given a bare function, SCons makes a new action from it each time it resolves the variable (for
+    the signature, the dependencies, the message and the run: five times a node) and hashes the
+    function's bytecode each time. An action object is used as it is; it carries the message and
+    ``varlist`` the builder's ``$VAR`` action would have passed.
+    """
+    return SCons.Action.Action(function, f"$OFFLOAD_{phase}COMSTR", varlist=list(varlist))
+
+
+_FUNCTION_PHASE_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS")
+EXTRACT_IN_PROCESS = in_process_action(_extract_device_inputs, "EXTRACT", _FUNCTION_PHASE_VARLIST)
+WRAP_IN_PROCESS = in_process_action(_wrap_images, "WRAP", _FUNCTION_PHASE_VARLIST)
+PACKAGE_IN_PROCESS = in_process_action(_package_in_process, "PACKAGE", ["_OFFLOAD_PACKAGE_TARGETS"])
 _EXTRACT_BUILDER = SCons.Builder.Builder(action=_function_phase("EXTRACT"))
 _DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=_function_phase(
     "DEVICELINK", before=[SCons.Action.Action(_unpack_device_inputs, None)],
@@ -579,9 +594,9 @@ def generate(env, **kwargs: Any) -> None:
     env["_OFFLOAD_TARGET_LINKFLAGS"] = _target_link_flags
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
     env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime
-    _set_default(env, "OFFLOAD_PACKAGECOM", _package_in_process)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
-    _set_default(env, "OFFLOAD_EXTRACTCOM", _extract_device_inputs)
-    _set_default(env, "OFFLOAD_WRAPCOM", _wrap_images)
+    _set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
+    _set_default(env, "OFFLOAD_EXTRACTCOM", EXTRACT_IN_PROCESS)
+    _set_default(env, "OFFLOAD_WRAPCOM", WRAP_IN_PROCESS)
     env["_OFFLOAD_RPATH"] = _rpath
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")
