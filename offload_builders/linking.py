@@ -27,9 +27,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from offload_builders.errors import OffloadError, OffloadFormatError
+from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
-from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
+from offload_builders.formats.containers import (ContainerKind, FoundBinary, bitcode_linker_symbols,
+                                                 extract_offload_binaries, identify)
 from offload_builders.formats.elf import (STB_LOCAL, STB_WEAK, STT_FILE, STT_SECTION, STV_HIDDEN, STV_INTERNAL,
                                           file_reader, read_sections, read_symbols)
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
@@ -218,25 +219,8 @@ def _elf_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
 
 def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
-    import llvmlite.binding as llvm
-
-    try:
-        module = llvm.parse_bitcode(image, context=llvm.create_context())
-    except Exception as exc:
-        raise OffloadFormatError(f"cannot read device LLVM bitcode: {str(exc).strip()}", path=label) from None
-    local = {llvm.Linkage.internal, llvm.Linkage.private, llvm.Linkage.available_externally}
-    weak = {llvm.Linkage.weak_any, llvm.Linkage.weak_odr, llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr,
-            llvm.Linkage.common, llvm.Linkage.external_weak}
-    try:
-        symbols = []
-        for value in list(module.functions) + list(module.global_variables):
-            if value.linkage in local or value.name.startswith("llvm.") or not value.name:
-                continue
-            symbols.append(DeviceSymbol(value.name, value.is_declaration, value.linkage in weak,
-                                        value.visibility == llvm.Visibility.hidden))
-        return symbols
-    finally:
-        module.close()
+    return [DeviceSymbol(name, undefined, weak, hidden)
+            for name, undefined, weak, hidden in bitcode_linker_symbols(image, label)]
 
 
 class _SymbolTable:

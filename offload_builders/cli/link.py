@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
@@ -265,9 +264,15 @@ def _link(opts: _Options) -> int:
                 _print(command)
         else:
             linking.load_wrapper_compiler()  # LLVM loads while the device links' processes run
-            with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
-                for future in [pool.submit(_run, command, opts.verbose) for _, _, command in jobs]:
-                    future.result()
+            if opts.jobs > 1 and len(jobs) > 1:
+                from concurrent.futures import ThreadPoolExecutor  # (and logging): only when links run in parallel
+
+                with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+                    for future in [pool.submit(_run, command, opts.verbose) for _, _, command in jobs]:
+                        future.result()
+            else:
+                for _, _, command in jobs:
+                    _run(command, opts.verbose)
         wrapper = os.path.join(temp_root, f"{stem}.openmp.image.wrapper.o")
         if not opts.dry_run:
             data = linking.wrap_openmp_images([(key, image) for key, image, _ in jobs], toolchain.major)

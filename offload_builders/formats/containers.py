@@ -398,7 +398,8 @@ def _unescape_ir(text: str) -> bytes:
 # stays up and serves every later request (an archive of many -flto members starts it once).
 
 #: The child's program (standard library and llvmlite only, so it starts fast and needs no path set-up).
-#: Request: 1 byte ("M" printed module, "S" symbol names), u64 size, the bitcode; reply: u64 size, then
+#: Request: 1 byte ("M" printed module, "S" symbol names, "L" linker symbols), u64 size, the bitcode; reply:
+#: u64 size, then
 #: ``marshal`` of ``(True, result)`` or ``(False, LLVM's error message)``.
 _BITCODE_CHILD = r"""
 import marshal, sys
@@ -418,6 +419,17 @@ def symbols(module):
         names.append(value.name.removeprefix("\x01"))
     return names
 
+weak = (llvm.Linkage.weak_any, llvm.Linkage.weak_odr, llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr,
+        llvm.Linkage.common, llvm.Linkage.external_weak)
+
+def linker_symbols(module):
+    # what the device-code selection needs: (name, undefined, weak, hidden) of each non-local global
+    return [(v.name, v.is_declaration, v.linkage in weak, v.visibility == llvm.Visibility.hidden)
+            for v in list(module.functions) + list(module.global_variables)
+            if v.linkage not in local and v.name and not v.name.startswith("llvm.")]
+
+readers = {b"M": str, b"S": symbols, b"L": linker_symbols}
+
 while True:
     head = source.read(9)
     if len(head) < 9:
@@ -427,7 +439,7 @@ while True:
     try:
         module = llvm.parse_bitcode(data, context=context)
         try:
-            reply = (True, str(module) if head[:1] == b"M" else symbols(module))
+            reply = (True, readers[head[:1]](module))
         finally:
             module.close()
     except Exception as exc:
@@ -580,11 +592,15 @@ def _check_bitcode_framing(data: bytes, label: str, offset: int) -> None:
         raise OffloadFormatError("malformed LLVM bitcode: no 'BC' 0xC0DE magic", path=label, offset=offset + start)
 
 
+_BITCODE_REQUESTS = {"module": b"M", "symbols": b"S", "linker symbols": b"L"}
+
+
 def _read_bitcode(what: str, data: bytes, label: str, offset: int | None) -> Any:
-    """The printed module (``what="module"``) or its symbol names (``"symbols"``), read in the child."""
+    """Read in the child: the printed module (``what="module"``), the symbol names an archive's symbol
+    table lists (``"symbols"``), or ``(name, undefined, weak, hidden)`` of each global (``"linker symbols"``)."""
     _check_bitcode_framing(data, label, offset or 0)
     try:
-        ok, result = _BitcodeChild.request(b"M" if what == "module" else b"S", data)
+        ok, result = _BitcodeChild.request(_BITCODE_REQUESTS[what], data)
     except _ChildDied as exc:
         kind = "malformed LLVM bitcode" if exc.crashed else "cannot read LLVM bitcode"
         raise OffloadFormatError(f"{kind}: {exc}", path=label, offset=offset) from None
@@ -741,6 +757,12 @@ def _elf_symbols(member: ArchiveMember) -> list[bytes]:
         raise
     except Exception as exc:
         raise OffloadFormatError(f"malformed ELF archive member: {exc}", path=member.name) from None
+
+
+def bitcode_linker_symbols(data: bytes, label: str) -> list[tuple[str, bool, bool, bool]]:
+    """``(name, undefined, weak, hidden)`` for each non-local global of an LLVM bitcode file, read in the
+    child process (damaged bitcode can make LLVM abort): what lazy archive extraction looks at."""
+    return _read_bitcode("linker symbols", data, label, None)
 
 
 def _bitcode_symbols(data: bytes, name: str) -> list[bytes]:
