@@ -219,8 +219,22 @@ def _elf_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
 
 def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
-    return [DeviceSymbol(name, undefined, weak, hidden)
-            for name, undefined, weak, hidden in bitcode_linker_symbols(image, label)]
+    """Read by LLVM in a child process, and remembered per user by the bitcode's hash: every OpenMP link
+    reads the device runtime's bitcode members, whose symbols never change (a child and an LLVM parse
+    of each member cost every link ~40 ms per GPU target)."""
+    import hashlib
+
+    from offload_builders.toolchain import user_cache
+
+    cache = user_cache("device-symbols.json")
+    key = "bitcode-symbols-v1:" + hashlib.blake2b(image, digest_size=20).hexdigest()
+    if cache is not None and (known := cache.get(key)) is not None:
+        return [DeviceSymbol(name, "u" in flags, "w" in flags, "h" in flags) for name, flags in known]
+    symbols = [DeviceSymbol(name, undefined, weak, hidden)
+               for name, undefined, weak, hidden in bitcode_linker_symbols(image, label)]
+    if cache is not None:
+        cache.put(key, tuple((s.name, "u" * s.undefined + "w" * s.weak + "h" * s.hidden) for s in symbols))
+    return symbols
 
 
 class _SymbolTable:

@@ -141,9 +141,15 @@ class ProbeCache:
         jobs = self._entries.get(key)
         return None if jobs is None else tuple(tuple(job) for job in jobs)
 
+    #: Entries kept at most: the oldest go first (the device-symbol cache grows with every new bitcode file).
+    MAX_ENTRIES = 4096
+
     def put(self, key: str, jobs: tuple[tuple[str, ...], ...]) -> None:
         with self._lock:
+            self._entries.pop(key, None)
             self._entries[key] = [list(job) for job in jobs]
+            while len(self._entries) > self.MAX_ENTRIES:
+                del self._entries[next(iter(self._entries))]
             self._dirty = True
 
     def save(self) -> None:
@@ -171,18 +177,26 @@ def probe_cache(path: str | os.PathLike[str]) -> ProbeCache:
     return _PROBE_CACHES[key]
 
 
-def user_probe_cache() -> ProbeCache | None:
-    """The per-user cache of toolchain probes (``$OFFLOAD_BUILDERS_CACHE_DIR``, else the XDG cache directory).
+def user_cache(name: str) -> ProbeCache | None:
+    """A per-user cache file (``$OFFLOAD_BUILDERS_CACHE_DIR/<name>``, else in the XDG cache directory).
 
-    Running ``clang --version`` and ``clang -print-resource-dir`` costs two processes (20 to 40 ms)
-    in every SCons run and every ``offload-link``; the answers change only with the binary, which is
-    part of the key. ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns the cache off.
+    ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns these caches off.
     """
     directory = os.environ.get("OFFLOAD_BUILDERS_CACHE_DIR")
     if directory is None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         directory = os.path.join(base, "offload-builders")
-    return probe_cache(os.path.join(directory, "toolchains.json")) if directory else None
+    return probe_cache(os.path.join(directory, name)) if directory else None
+
+
+def user_probe_cache() -> ProbeCache | None:
+    """The per-user cache of toolchain probes.
+
+    Running ``clang --version`` and ``clang -print-resource-dir`` costs two processes (20 to 40 ms)
+    in every SCons run and every ``offload-link``; the answers change only with the binary, which is
+    part of the key.
+    """
+    return user_cache("toolchains.json")
 
 
 def _candidate_compilers(environ: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -212,3 +212,29 @@ def test_damaged_input_is_one_line_naming_the_file(objects, llvm19, tmp_path):
     assert done.returncode == 1 and "damaged.o" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+SELECT_IN_CHILD = """
+import sys
+from offload_builders import linking
+from offload_builders.formats import containers
+work, runtime = sys.argv[1], sys.argv[2]
+scanned = linking.scan_link_inputs([work + "/main.o", work + "/libkern.a", runtime])
+chosen = sorted(f.describe() for f in linking.select_device_files(scanned, ("nvptx64-nvidia-cuda", "sm_80")))
+print(containers._BitcodeChild._current is not None, *chosen)
+"""
+
+
+def test_device_bitcode_symbols_are_remembered_across_links(objects, tmp_path):
+    """The device runtime's bitcode members are read by LLVM (in a child process) once per user, not once
+    per link: the second link selects the same files without starting the child."""
+    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [sys.executable, "-c", SELECT_IN_CHILD, str(objects / "gpu"), "/usr/lib/llvm-19/lib/libomptarget.devicertl.a"]
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert first[0] == "True" and second[0] == "False"  # the child parsed bitcode only the first time
+    assert first[1:] == second[1:] and any("devicertl-nvptx-sm_80.o" in d for d in first[1:])
+    assert (tmp_path / "cache" / "device-symbols.json").is_file()
+    uncached = subprocess.run(argv, env=dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), capture_output=True, text=True,
+                              check=True).stdout.split()
+    assert uncached == first

@@ -79,3 +79,17 @@ def test_version_probe_is_kept_across_processes_until_the_binary_changes(tmp_pat
     assert log.read_text().split() == ["--version", "-print-resource-dir"] * 2
     _probe_in_child(dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), clang)  # the cache turned off
     assert log.read_text().split() == ["--version", "-print-resource-dir"] * 3
+
+
+def test_probe_cache_keeps_the_newest_entries(tmp_path, monkeypatch):
+    from offload_builders.toolchain import ProbeCache
+
+    monkeypatch.setattr(ProbeCache, "MAX_ENTRIES", 3)
+    cache = ProbeCache(tmp_path / "c.json")
+    for index in range(5):
+        cache.put(f"k{index}", ((str(index),),))
+    cache.put("k2", (("again",),))  # a refreshed entry counts as new
+    cache.save()
+    reloaded = ProbeCache(tmp_path / "c.json")
+    assert [key for key in ("k0", "k1", "k2", "k3", "k4") if reloaded.get(key) is not None] == ["k2", "k3", "k4"]
+    assert reloaded.get("k2") == (("again",),)
