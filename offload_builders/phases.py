@@ -34,7 +34,7 @@ from pathlib import Path
 
 from offload_builders.errors import ToolchainError
 from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
-from offload_builders.toolchain import ProbeCache, Toolchain
+from offload_builders.toolchain import ProbeCache, Toolchain, user_cache
 
 #: The device triples every host compile declares. Host IR is identical for any non-empty list,
 #: so a fixed list keeps the host front end's command (and its cache key) independent of $OFFLOAD_ARCHS.
@@ -150,6 +150,11 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: 
     key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
     if cache is not None and (cached := cache.get(key)) is not None:
         return cached
+    # A fresh checkout (or `git clean`) of a project probed before finds the answers in the per-user cache.
+    shared = user_cache("driver-probes.json", max_entries=256) if cache is not None else None
+    if shared is not None and (cached := shared.get(key)) is not None:
+        cache.put(key, cached)  # type: ignore[union-attr]
+        return cached
     if extension is None:
         extension = ".c" if language == "c" else ".cpp"
     with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
@@ -166,6 +171,8 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: 
     jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
     if cache is not None:
         cache.put(key, jobs)
+    if shared is not None:
+        shared.put(key, jobs)
     return jobs
 
 

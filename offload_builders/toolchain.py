@@ -169,15 +169,17 @@ class ProbeCache:
 _PROBE_CACHES: dict[str, ProbeCache] = {}
 
 
-def probe_cache(path: str | os.PathLike[str]) -> ProbeCache:
-    """One :class:`ProbeCache` per file per process."""
+def probe_cache(path: str | os.PathLike[str], max_entries: int | None = None) -> ProbeCache:
+    """One :class:`ProbeCache` per file per process (``max_entries``: its size limit, if not the default)."""
     key = os.path.abspath(path)
     if key not in _PROBE_CACHES:
         _PROBE_CACHES[key] = ProbeCache(key)
+        if max_entries is not None:
+            _PROBE_CACHES[key].MAX_ENTRIES = max_entries
     return _PROBE_CACHES[key]
 
 
-def user_cache(name: str) -> ProbeCache | None:
+def user_cache(name: str, max_entries: int | None = None) -> ProbeCache | None:
     """A per-user cache file (``$OFFLOAD_BUILDERS_CACHE_DIR/<name>``, else in the XDG cache directory).
 
     ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns these caches off.
@@ -186,7 +188,7 @@ def user_cache(name: str) -> ProbeCache | None:
     if directory is None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         directory = os.path.join(base, "offload-builders")
-    return probe_cache(os.path.join(directory, name)) if directory else None
+    return probe_cache(os.path.join(directory, name), max_entries) if directory else None
 
 
 def user_probe_cache() -> ProbeCache | None:

@@ -167,3 +167,31 @@ def test_probe_cache_survives_the_process_and_notices_a_new_compiler(tmp_path, m
     driver.unlink()
     driver.symlink_to(model.toolchain.tool("clang-offload-packager"))
     assert ProbeCache.key(str(driver), "c++", flags, model.cwd) != key
+
+
+def test_a_fresh_tree_finds_its_probes_in_the_per_user_cache(tmp_path, model, monkeypatch):
+    """`git clean -fdx` (or a new worktree at the same path) drops the project's probe cache; the driver is
+    not asked again for a configuration this user has probed there before."""
+    from offload_builders import toolchain
+    from offload_builders.phases import ProbeCache
+
+    monkeypatch.setenv("OFFLOAD_BUILDERS_CACHE_DIR", str(tmp_path / "user"))
+    log = tmp_path / "calls"
+    driver = tmp_path / "bin" / "clang++"
+    driver.parent.mkdir()
+    driver.write_text(f'#!/bin/sh\necho probe >> {log}\nexec {model.toolchain.clangxx} "$@"\n')
+    driver.chmod(0o755)
+    flags = ("-O2", "--offload-arch=gfx90a", "-nogpulib")
+    first = _probe(str(driver), "c++", flags, model.cwd, ProbeCache(tmp_path / "tree1.json"))
+    assert log.read_text().split() == ["probe"]
+    _probe.cache_clear()  # as in a new SCons process
+    fresh = ProbeCache(tmp_path / "tree2.json")
+    assert _probe(str(driver), "c++", flags, model.cwd, fresh) == first
+    assert log.read_text().split() == ["probe"]  # answered from the per-user cache
+    assert fresh.get(ProbeCache.key(str(driver), "c++", flags, model.cwd)) == first  # and kept in the tree's
+    _probe.cache_clear()
+    monkeypatch.setenv("OFFLOAD_BUILDERS_CACHE_DIR", "")
+    again = _probe(str(driver), "c++", flags, model.cwd, ProbeCache(tmp_path / "tree3.json"))
+    assert log.read_text().split() == ["probe", "probe"]  # with the per-user caches off, the driver is asked
+    assert [job[:2] for job in again] == [job[:2] for job in first]
+    toolchain._PROBE_CACHES.pop(str(tmp_path / "user" / "driver-probes.json"), None)
