@@ -422,3 +422,18 @@ def test_target_link_flags_reach_only_that_targets_device_link(project):
     failed = project.scons("archs=x86_64,gfx90a", check=False)
     assert failed.returncode != 0 and "no-such-linker-option" in failed.output
     assert failed.count("DEVICELINK") == 1 and failed.count("DEVICELINK", ".gfx90a.") == 1
+
+
+def test_compile_nodes_depend_on_the_programs_they_run(project):
+    """The compile nodes skip SCons' implicit command scan (it renders every command once more) and name
+    the probed clang and ptxas binaries as dependencies instead, so a compiler update still rebuilds."""
+    project.scons("archs=x86_64,sm_80")
+
+    def tree(node: str) -> str:
+        return project.scons("archs=x86_64,sm_80", "--tree=prune", node).output
+
+    clang = ("/usr/lib/llvm-19/bin/clang", os.path.realpath("/usr/lib/llvm-19/bin/clang"))
+    for node in ("build/scale.host.bc", "build/scale.sm_80.dev.s", "build/scale.x86_64.dev.o"):
+        assert any(path in tree(node) for path in clang), node
+    assembled = tree("build/scale.sm_80.dev.cubin.o")
+    assert any(line.startswith("  +-") and line.endswith("/ptxas") for line in assembled.splitlines())  # a direct child

@@ -309,14 +309,18 @@ def _object_emitter(target, source, env):
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
-    host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src])
+    overrides = _command_dependency_overrides(env)
+    host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src], **overrides)
+    _depend_on_program(env, host_bc, overrides, model.host_steps(language, flags).frontend)
     images = []
     for tid, steps in plans.items():
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
-                                 [src] + host_bc, OFFLOAD_TARGET=str(tid))
+                                 [src] + host_bc, OFFLOAD_TARGET=str(tid), **overrides)
+        _depend_on_program(env, device, overrides, steps.compile)
         if steps.assemble is not None:
             device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
-                                       device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+                                       device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
+            _depend_on_program(env, device, overrides, steps.assemble)
         images.extend(device)
     package = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
                                _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
@@ -324,6 +328,23 @@ def _object_emitter(target, source, env):
     obj.attributes.offload_inputs = (host_bc[0], package[0])
     env.Depends(obj, host_bc + package)
     return target, source
+
+
+def _command_dependency_overrides(env) -> dict:
+    """Overrides for the compile nodes: no implicit command dependency scan (unless the user configured it).
+
+    SCons finds a command's program by rendering the whole command once more and searching ``$PATH`` for
+    its first word, for every node; our phase commands start with the absolute path of the probed
+    program, so :func:`_depend_on_program` makes it an explicit dependency instead (the same rebuild
+    when the compiler changes, without the rendering).
+    """
+    return {} if "IMPLICIT_COMMAND_DEPENDENCIES" in env else {"IMPLICIT_COMMAND_DEPENDENCIES": 0}
+
+
+def _depend_on_program(env, nodes, overrides: dict, template) -> None:
+    program = str(template.argv[0]) if template is not None and template.argv else ""
+    if overrides and os.path.isabs(program):
+        env.Depends(nodes, env.File(program))
 
 
 class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
