@@ -86,7 +86,7 @@ from offload_builders.scons.tool import (
     OffloadLinkWarning,
     _check_tools_for,
     _compile_flags,
-    _guarded,
+    _Command,
     _partial,
     _phase_action,
     _scan,
@@ -177,14 +177,14 @@ def _cuid_value(steps_template, env, source) -> dict[str, str]:
     return {"cuid": _cuid(env, source)} if "cuid" in steps_template.slots else {}
 
 
-@_guarded
+@_Command
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
     return steps.compile.render(source=str(source[0]), main_file_name=source[0].name, output=_partial(env, target[0]),
                                 **_cuid_value(steps.compile, env, source))
 
 
-@_guarded
+@_Command
 def _object_devicelink_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
     if steps.link is None:
@@ -192,7 +192,7 @@ def _object_devicelink_cmd(target, source, env, for_signature):
     return steps.link.render(input=str(source[0]), output=_partial(env, target[0]))
 
 
-@_guarded
+@_Command
 def _package_cmd(target, source, env, for_signature):
     original = _original(env, source)
     images = [(_device_steps(env, target, original, for_signature, parse_target_id(tid_text)), str(node))
@@ -200,7 +200,7 @@ def _package_cmd(target, source, env, for_signature):
     return _hip_model(env).package_command(images, _partial(env, target[0]))
 
 
-@_guarded
+@_Command
 def _host_cc1(target, source, env, for_signature):
     """The object's source is the ``.hip`` file; the emitter recorded its fat binary or package."""
     device_side = getattr(target[0].attributes, "offload_inputs", None)

@@ -148,18 +148,26 @@ def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
     return _model(env).device_steps(tid, language, flags)
 
 
-def _guarded(render: Callable[..., list[str]]) -> Callable[..., list[SCons.Subst.Literal]]:
-    """Adapt a renderer to SCons' callable-variable convention, turning our errors into ``UserError``."""
+class _Command:
+    """A phase command in SCons' callable-variable convention (``$_OFFLOAD_<PHASE>_CC1`` and friends).
 
-    def command(target, source, env, for_signature):
-        # SCons renders a node's command four or five times (signature, implicit dependencies, display,
-        # execution); a node's environment and sources are fixed, so render it once per mode.
+    Renders once per node and mode: SCons asks four or five times (signature, implicit dependencies,
+    display, execution), and a node's environment and sources are fixed. Our errors become
+    ``UserError``. An object rather than a closure: to describe a node, SCons makes a function action
+    of the variable's value and hashes its code, which for an object is this small ``__call__``.
+    """
+
+    def __init__(self, render: Callable[..., list[str]]) -> None:
+        self._render = render
+        self.__name__ = render.__name__
+
+    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
         memo = getattr(target[0].attributes, "_offload_commands", None) if target else None
-        key = (render.__name__, bool(for_signature))
+        key = (self.__name__, bool(for_signature))
         if memo is not None and key in memo:
             return memo[key]
         try:
-            rendered = _literal(render(target, source, env, for_signature))
+            rendered = _literal(self._render(target, source, env, for_signature))
         except OffloadError as error:
             raise _user_error(error) from None
         if target:
@@ -168,25 +176,23 @@ def _guarded(render: Callable[..., list[str]]) -> Callable[..., list[SCons.Subst
             memo[key] = rendered
         return rendered
 
-    command.__name__ = render.__name__
-    return command
 
 
-@_guarded
+@_Command
 def _host_cc1(target, source, env, for_signature):
     steps = _host_steps(env, target, source, for_signature)
     return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
                                  output=_partial(env, target[0]))
 
 
-@_guarded
+@_Command
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
     return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
                                 host_bc=str(source[1]), output=_partial(env, target[0]))
 
 
-@_guarded
+@_Command
 def _assemble_cmd(target, source, env, for_signature):
     original = env["_OFFLOAD_ORIGINAL_SOURCE"]
     steps = _device_steps(env, target, [original], for_signature)
@@ -194,7 +200,7 @@ def _assemble_cmd(target, source, env, for_signature):
     return steps.assemble.render(input=str(source[0]), output=_partial(env, target[0]))
 
 
-@_guarded
+@_Command
 def _package_cmd(target, source, env, for_signature):
     original = env["_OFFLOAD_ORIGINAL_SOURCE"]
     images = []
@@ -219,7 +225,7 @@ def _package_in_process(target, source, env) -> int:
     return 0
 
 
-@_guarded
+@_Command
 def _embed_cc1(target, source, env, for_signature):
     """The object's source is the original source; the emitter recorded its host bitcode and package."""
     inputs = getattr(target[0].attributes, "offload_inputs", None)
@@ -439,7 +445,7 @@ def _remove_inputs_dir(target, source, env) -> int:
     return 0
 
 
-@_guarded
+@_Command
 def _device_link_cmd(target, source, env, for_signature):
     """The device link of one target; nothing to run when no input has device code for it."""
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
