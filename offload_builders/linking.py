@@ -228,7 +228,7 @@ def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
     cache = user_cache("device-symbols.json")
     key = "bitcode-symbols-v1:" + hashlib.blake2b(image, digest_size=20).hexdigest()
-    if cache is not None and (known := cache.get(key)) is not None:
+    if cache is not None and (known := cache.get(key)) is not None and all(len(entry) == 2 for entry in known):
         return [DeviceSymbol(name, "u" in flags, "w" in flags, "h" in flags) for name, flags in known]
     symbols = [DeviceSymbol(name, undefined, weak, hidden)
                for name, undefined, weak, hidden in bitcode_linker_symbols(image, label)]

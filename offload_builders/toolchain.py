@@ -112,10 +112,12 @@ class Toolchain:
 
 
 class ProbeCache:
-    """Driver probe results kept on disk, so a no-op rebuild spawns no ``clang -###`` at all.
+    """Answers that cost a process, kept on disk: driver probes (so a no-op rebuild spawns no
+    ``clang -###`` at all), the toolchain's version, device bitcode symbols.
 
-    Keys name the driver binary by path, size and modification time, so an upgraded compiler is
-    probed again. The file is rewritten (atomically) at exit only when something new was probed.
+    Values are lists of lists of strings. Keys name the driver binary by path, size and modification
+    time (:meth:`key`), so an upgraded compiler is probed again, or hash what was read. The file is
+    rewritten (atomically) at exit only when something was added; a damaged file or entry is a miss.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -139,7 +141,10 @@ class ProbeCache:
 
     def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
         jobs = self._entries.get(key)
-        return None if jobs is None else tuple(tuple(job) for job in jobs)
+        if not isinstance(jobs, list) or not all(
+                isinstance(job, list) and all(isinstance(arg, str) for arg in job) for job in jobs):
+            return None
+        return tuple(tuple(job) for job in jobs)
 
     #: Entries kept at most: the oldest go first (the device-symbol cache grows with every new bitcode file).
     MAX_ENTRIES = 4096

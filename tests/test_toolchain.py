@@ -93,3 +93,14 @@ def test_probe_cache_keeps_the_newest_entries(tmp_path, monkeypatch):
     reloaded = ProbeCache(tmp_path / "c.json")
     assert [key for key in ("k0", "k1", "k2", "k3", "k4") if reloaded.get(key) is not None] == ["k2", "k3", "k4"]
     assert reloaded.get("k2") == (("again",),)
+
+
+def test_a_damaged_cache_file_is_a_miss(tmp_path):
+    from offload_builders.toolchain import ProbeCache
+
+    (tmp_path / "c.json").write_text('{"number": 5, "text": "abc", "nested": [[1, 2]], "good": [["a", "b"]]}')
+    cache = ProbeCache(tmp_path / "c.json")
+    assert [cache.get(k) for k in ("number", "text", "nested", "missing")] == [None] * 4
+    assert cache.get("good") == (("a", "b"),)
+    (tmp_path / "d.json").write_text("{not json")
+    assert ProbeCache(tmp_path / "d.json").get("good") is None
