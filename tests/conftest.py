@@ -18,9 +18,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # The per-user toolchain probe cache goes to a scratch directory, not the home of whoever runs the tests
 # (subprocesses inherit it).
 if "OFFLOAD_BUILDERS_CACHE_DIR" not in os.environ:
+    import atexit
     import tempfile
 
     os.environ["OFFLOAD_BUILDERS_CACHE_DIR"] = tempfile.mkdtemp(prefix="offload-builders-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["OFFLOAD_BUILDERS_CACHE_DIR"], ignore_errors=True)
 
 
 def _require(path: Path) -> Path:
