@@ -13,6 +13,7 @@ subclass the caller names) with the offset of the field that is wrong, never an 
 """
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class ElfSection:
     sh_type: int
     sh_offset: int
     sh_size: int
+    sh_link: int
     header_at: int  # where this section's header is, from the start of the ELF file
 
     @property
@@ -160,7 +162,7 @@ def read_sections(pread: Reader, size: int, *, path: str | None = None, base: in
                            f"end of the file ({size:#x} bytes)", e_shoff + e_shstrndx * e_shentsize)
             names = pread(strings[5], strings[4])
     sections = []
-    for index, (sh_name, sh_type, _flags, _addr, sh_offset, sh_size, *_rest) in enumerate(headers):
+    for index, (sh_name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link, *_rest) in enumerate(headers):
         header_at = e_shoff + index * e_shentsize
         name = b""
         if names is not None and sh_name:
@@ -168,7 +170,7 @@ def read_sections(pread: Reader, size: int, *, path: str | None = None, base: in
                 raise fail(f"section {index}'s name offset {sh_name} is outside the section name table", header_at)
             end = names.find(b"\0", sh_name)
             name = names[sh_name:end if end >= 0 else len(names)]
-        sections.append(ElfSection(index, name, sh_type, sh_offset, sh_size, header_at))
+        sections.append(ElfSection(index, name, sh_type, sh_offset, sh_size, sh_link, header_at))
     return ElfSections(elfclass, ident[5] == ELFDATA2LSB, e_type, e_shoff, e_shentsize,
                        e_type == ET_DYN and _has_interpreter(pread, size, layout, e_phoff, e_phentsize, e_phnum, fail),
                        tuple(sections))
@@ -217,11 +219,9 @@ def read_symbols(pread: Reader, size: int, table: ElfSections, *, path: str | No
     if symtab.sh_offset > size or symtab.sh_size > size - symtab.sh_offset:
         raise fail(f"the symbol table [{symtab.sh_offset:#x}, {symtab.sh_offset + symtab.sh_size:#x}) runs past the end "
                    f"of the file ({size:#x} bytes)", symtab.header_at)
-    link_data = pread(layout.section.size, symtab.header_at)
-    sh_link = layout.section.unpack(link_data)[6]
-    if sh_link >= len(table.sections):
-        raise fail(f"the symbol table's sh_link {sh_link} names no section", symtab.header_at)
-    strings_section = table.sections[sh_link]
+    if symtab.sh_link >= len(table.sections):
+        raise fail(f"the symbol table's sh_link {symtab.sh_link} names no section", symtab.header_at)
+    strings_section = table.sections[symtab.sh_link]
     if strings_section.sh_offset > size or strings_section.file_size > size - strings_section.sh_offset:
         raise fail("the symbol string table runs past the end of the file", strings_section.header_at)
     strings = pread(strings_section.file_size, strings_section.sh_offset)
@@ -244,6 +244,4 @@ def read_symbols(pread: Reader, size: int, table: ElfSections, *, path: str | No
 
 def file_reader(fd: int, start: int = 0) -> Reader:
     """A :data:`Reader` over the descriptor ``fd`` for an ELF file that starts at ``start``."""
-    import os
-
     return lambda length, offset: os.pread(fd, max(0, length), start + offset)
