@@ -120,8 +120,12 @@ class ProbeCache:
     rewritten (atomically) at exit only when something was added; a damaged file or entry is a miss.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    #: Entries kept at most unless the constructor says otherwise: the oldest go first.
+    MAX_ENTRIES = 4096
+
+    def __init__(self, path: str | os.PathLike[str], max_entries: int | None = None) -> None:
         self.path = Path(path)
+        self.max_entries = self.MAX_ENTRIES if max_entries is None else max_entries
         self._lock = threading.Lock()
         self._dirty = False
         try:
@@ -146,14 +150,11 @@ class ProbeCache:
             return None
         return tuple(tuple(job) for job in jobs)
 
-    #: Entries kept at most: the oldest go first (the device-symbol cache grows with every new bitcode file).
-    MAX_ENTRIES = 4096
-
     def put(self, key: str, jobs: tuple[tuple[str, ...], ...]) -> None:
         with self._lock:
             self._entries.pop(key, None)
             self._entries[key] = [list(job) for job in jobs]
-            while len(self._entries) > self.MAX_ENTRIES:
+            while len(self._entries) > self.max_entries:
                 del self._entries[next(iter(self._entries))]
             self._dirty = True
 
@@ -178,9 +179,7 @@ def probe_cache(path: str | os.PathLike[str], max_entries: int | None = None) ->
     """One :class:`ProbeCache` per file per process (``max_entries``: its size limit, if not the default)."""
     key = os.path.abspath(path)
     if key not in _PROBE_CACHES:
-        _PROBE_CACHES[key] = ProbeCache(key)
-        if max_entries is not None:
-            _PROBE_CACHES[key].MAX_ENTRIES = max_entries
+        _PROBE_CACHES[key] = ProbeCache(key, max_entries)
     return _PROBE_CACHES[key]
 
 
