@@ -554,11 +554,7 @@ def offload_hip_wrap(target, source, env) -> int:
 _HIP_WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
 _HIP_EXTRACT_IN_PROCESS = _tool.in_process_action(offload_hip_extract, "EXTRACT", _tool._FUNCTION_PHASE_VARLIST)
 _HIP_WRAP_IN_PROCESS = _tool.in_process_action(offload_hip_wrap, "WRAP", _HIP_WRAP_VARLIST)
-_WRAP_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
-    _REMOVE_STALE,
-    SCons.Action.Action("$OFFLOAD_WRAPCOM", "$OFFLOAD_WRAPCOMSTR", varlist=list(_HIP_WRAP_VARLIST)),
-    _COMMIT,
-]))
+_WRAP_BUILDER = SCons.Builder.Builder(action=_tool._function_phase("WRAP", varlist=_HIP_WRAP_VARLIST))
 
 
 def _check_device_linker(env) -> None:

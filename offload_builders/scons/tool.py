@@ -310,14 +310,14 @@ def _object_emitter(target, source, env):
         # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
         flags = _compile_flags(env, [obj], [src], False, language)
         model = _model(env)
-        model.host_steps(language, flags)
+        host = model.host_steps(language, flags)
         plans = {tid: model.device_steps(tid, language, flags + tuple(_target_flags(env, tid))) for tid in targets}
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
     overrides = _command_dependency_overrides(env)
     host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src], **overrides)
-    _depend_on_program(env, host_bc, overrides, model.host_steps(language, flags).frontend)
+    _depend_on_program(env, host_bc, overrides, host.frontend)
     images = []
     for tid, steps in plans.items():
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
@@ -496,12 +496,13 @@ def _host_runtime(target, source, env, for_signature):
     return linking.host_runtime_arguments(_toolchain(env))
 
 
-def _function_phase(phase: str, before=(), after=()) -> SCons.Action.ListAction:
-    """Like :func:`_phase_action` for phases whose ``$OFFLOAD_<PHASE>COM`` may be a Python function."""
+def _function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | None = None) -> SCons.Action.ListAction:
+    """Like :func:`_phase_action` for phases whose ``$OFFLOAD_<PHASE>COM`` may be a Python function
+    (``varlist``: what its signature reads, default :data:`_FUNCTION_PHASE_VARLIST`)."""
     return SCons.Action.ListAction([
         _REMOVE_STALE, *before,
         SCons.Action.Action(f"$OFFLOAD_{phase}COM", f"$OFFLOAD_{phase}COMSTR",
-                            varlist=list(_FUNCTION_PHASE_VARLIST)),
+                            varlist=list(_FUNCTION_PHASE_VARLIST if varlist is None else varlist)),
         _COMMIT, *after,
     ])
 
