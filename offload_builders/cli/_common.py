@@ -12,6 +12,21 @@ class UsageError(Exception):
     """A mistake on the command line: printed as one ``error:`` line, exit status 1."""
 
 
+def llvm_version_option(value: str, *, option: str = "--llvm-version:") -> int:
+    """The value of ``--llvm-version``: a release whose OffloadBinary kind numbers we know (15 or later).
+
+    ``option`` starts the error message (the packager words it as LLVM's ``cl::opt`` does).
+    """
+    from offload_builders.formats.offload_binary import kind_table  # lazily: not every tool needs it
+
+    try:
+        version = int(value)
+        kind_table(version)
+    except ValueError:
+        raise UsageError(f"{option} '{value}' is not an LLVM release with OffloadBinary (15 or later)") from None
+    return version
+
+
 def os_message(exc: OSError) -> str:
     """``'<file>': <reason>`` for an OSError, the way Clang's tools word it."""
     reason = exc.strerror or str(exc)

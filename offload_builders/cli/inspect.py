@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError as _Fail
+from offload_builders.cli._common import llvm_version_option
 from offload_builders.cli._common import os_message as _os_message
 from offload_builders.cli._common import run_guarded
 from offload_builders.errors import OffloadError
@@ -66,8 +67,6 @@ class _Options:
 
 def _parse(argv: Sequence[str]) -> _Options:
     """``-x`` and ``--x`` alike; values as ``--extract DIR`` or ``--extract=DIR``; ``--`` ends options."""
-    from offload_builders.formats.offload_binary import kind_table
-
     opts = _Options()
     args = list(argv)
     i = 0
@@ -93,12 +92,7 @@ def _parse(argv: Sequence[str]) -> _Options:
                     raise _Fail("option --extract requires a directory")
                 opts.extract = value
             else:
-                try:
-                    opts.llvm_version = int(value)
-                    kind_table(opts.llvm_version)
-                except ValueError:
-                    raise _Fail(f"--llvm-version: '{value}' is not an LLVM release with OffloadBinary "
-                                "(15 or later)") from None
+                opts.llvm_version = llvm_version_option(value)
         elif name == "json" and not has_value:
             opts.json = True
         elif name in ("help", "h") and not has_value:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError as _Fail
+from offload_builders.cli._common import llvm_version_option
 from offload_builders.cli._common import run_guarded
 from offload_builders.formats._io import atomic_output, llvm_stem
 from offload_builders.formats.offload_binary import (
@@ -95,12 +96,7 @@ def _parse(argv: Sequence[str]) -> _Options:
             elif name == "image":
                 opts.images.append(value)
             else:
-                try:
-                    opts.llvm_version = int(value)
-                    kind_table(opts.llvm_version)
-                except ValueError:
-                    raise _Fail(f"for the --llvm-version option: '{value}' is not an LLVM release with "
-                                "OffloadBinary (15 or later)") from None
+                opts.llvm_version = llvm_version_option(value, option="for the --llvm-version option:")
         elif name == "archive":
             if has_value and value not in ("true", "false", "1", "0", "TRUE", "FALSE", "True", "False"):
                 raise _Fail(f"for the --archive option: '{value}' is invalid value for boolean argument! Try 0 or 1")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError as _Fail
+from offload_builders.cli._common import llvm_version_option
 from offload_builders.cli._common import run_guarded
 
 PROG = "offload-select"
@@ -85,14 +86,7 @@ def _parse(argv: Sequence[str]) -> _Options:
                     raise _Fail(f"--cov: '{value}' is not a comma-separated list of code object versions")
                 opts.caps.extend(f"cov{v}" for v in versions)
             else:
-                try:
-                    opts.llvm_version = int(value)
-                    from offload_builders.formats.offload_binary import kind_table
-
-                    kind_table(opts.llvm_version)
-                except ValueError:
-                    raise _Fail(f"--llvm-version: '{value}' is not an LLVM release with OffloadBinary "
-                                "(15 or later)") from None
+                opts.llvm_version = llvm_version_option(value)
         elif name == "json" and not has_value:
             opts.json = True
         elif name in ("help", "h") and not has_value:
