@@ -424,9 +424,7 @@ def _unpack_device_inputs(target, source, env) -> int:
     """Unpack the device input file next to the image; with no device code the image is an empty file."""
     linking.load_wrapper_compiler()  # the wrap node follows: LLVM loads while the device link's process runs
     directory = _inputs_dir(env, target[0])
-    if os.path.isdir(directory):
-        for name in os.listdir(directory):
-            os.unlink(os.path.join(directory, name))
+    _empty_directory(directory)
     try:
         paths = linking.unpack_device_inputs(str(source[0]), directory)
     except OffloadError as error:
@@ -438,11 +436,18 @@ def _unpack_device_inputs(target, source, env) -> int:
 
 def _remove_inputs_dir(target, source, env) -> int:
     directory = _inputs_dir(env, target[0])
-    if os.path.isdir(directory):
-        for name in os.listdir(directory):
-            os.unlink(os.path.join(directory, name))
+    if _empty_directory(directory):
         os.rmdir(directory)
     return 0
+
+
+def _empty_directory(directory: str) -> bool:
+    """Delete the files of an unpacked-inputs directory; whether it exists."""
+    if not os.path.isdir(directory):
+        return False
+    for name in os.listdir(directory):
+        os.unlink(os.path.join(directory, name))
+    return True
 
 
 @_Command
