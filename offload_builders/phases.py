@@ -246,6 +246,7 @@ class PhaseModel:
         self.toolchain = toolchain
         self.cwd = str(cwd)
         self.cache = cache
+        self._steps: dict[tuple, HostSteps | DeviceSteps] = {}
 
     def driver(self, language: str) -> str:
         return str(self.toolchain.clangxx if language == "c++" else self.toolchain.clang)
@@ -255,6 +256,19 @@ class PhaseModel:
 
     def host_steps(self, language: str, flags: Sequence[str] = ()) -> HostSteps:
         """Templates for the host front end and the embed step (independent of the targets)."""
+        key = ("host", language, tuple(flags))
+        if key not in self._steps:
+            self._steps[key] = self._host_steps(language, flags)
+        return self._steps[key]  # type: ignore[return-value]
+
+    def device_steps(self, target: TargetID, language: str, flags: Sequence[str] = ()) -> DeviceSteps:
+        """Templates for one target's device compile (and assemble), probed for that target alone."""
+        key = (target, language, tuple(flags))
+        if key not in self._steps:
+            self._steps[key] = self._device_steps(target, language, flags)
+        return self._steps[key]  # type: ignore[return-value]
+
+    def _host_steps(self, language: str, flags: Sequence[str]) -> HostSteps:
         host_probe = TargetID("x86_64")
         jobs = self._jobs(language, (*flags, *selection_flags(host_probe)))
         frontend = next((job for job in jobs if _is_cc1(job) and "-emit-llvm-bc" in job
@@ -273,8 +287,7 @@ class PhaseModel:
                             prefix_slots={"-fembed-offload-object=": "package"}, **common),
         )
 
-    def device_steps(self, target: TargetID, language: str, flags: Sequence[str] = ()) -> DeviceSteps:
-        """Templates for one target's device compile (and assemble), probed for that target alone."""
+    def _device_steps(self, target: TargetID, language: str, flags: Sequence[str]) -> DeviceSteps:
         extra = DEFAULT_GPU_FLAGS if target.kind != "host-cpu" else ()
         jobs = self._jobs(language, (*flags, *extra, *selection_flags(target)))
         device = [job for job in jobs if _is_cc1(job) and "-fopenmp-is-target-device" in job]

@@ -131,9 +131,12 @@ def test_device_templates_follow_the_target(model):
 
 
 def test_probe_is_memoized(model):
-    model.device_steps(parse_target_id("sm_80"), "c++", ("-O1",))
+    first = model.device_steps(parse_target_id("sm_80"), "c++", ("-O1",))
     before = _probe.cache_info()
-    model.device_steps(parse_target_id("sm_80"), "c++", ("-O1",))
+    assert model.device_steps(parse_target_id("sm_80"), "c++", ("-O1",)) is first  # the model keeps its steps
+    assert _probe.cache_info() == before
+    other = PhaseModel(model.toolchain, model.cwd, model.cache)
+    assert other.device_steps(parse_target_id("sm_80"), "c++", ("-O1",)) == first  # the process keeps the probe
     after = _probe.cache_info()
     assert after.misses == before.misses and after.hits == before.hits + 1
 

@@ -47,8 +47,44 @@ SCONSTRUCT = textwrap.dedent("""
         env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"
     if ARGUMENTS.get("cache"):
         CacheDir(ARGUMENTS["cache"])
+    if ARGUMENTS.get("launcher"):
+        env["OFFLOAD_LAUNCHER"] = ARGUMENTS["launcher"]
+        env["OFFLOAD_DEVICECOM"] = "$OFFLOAD_LAUNCHER $_OFFLOAD_DEVICE_CC1"
     SConscript("src/SConscript", variant_dir="build", duplicate=False, exports="env")
+    if ARGUMENTS.get("check_render"):
+        exec(open(ARGUMENTS["check_render"]).read())
 """) % {"phases": PHASES}
+
+#: Run inside the SConstruct: each phase command rendered without Subst must be what SCons' own
+#: substitution gives (signature, argv and its shell escaping), for every node of the program.
+CHECK_RENDER = textwrap.dedent("""
+    import SCons.Action, SCons.Platform.posix
+    from offload_builders.scons import tool
+    seen, stack, checked = set(), [File("build/prog")], 0
+    while stack:
+        node = stack.pop()
+        if node in seen or not node.has_builder():
+            continue
+        seen.add(node)
+        stack.extend(node.children())
+        executor = node.get_executor()
+        env_ = executor.get_build_env()
+        targets, sources = executor.get_all_targets(), executor.get_all_sources()
+        for listed in executor.get_action_list():
+            for action in getattr(listed, "list", [listed]):
+                if not isinstance(action, tool._PhaseCommandAction):
+                    continue
+                fast = action.get_presig(targets, sources, env_, executor)
+                slow = SCons.Action.LazyAction.get_presig(action, targets, sources, env_, executor)
+                assert fast == slow, (str(node), fast, slow)
+                fast_argv = action.process(targets, sources, env_, executor)[0][0]
+                slow_argv = SCons.Action.CommandAction.process(
+                    action, targets, [SCons.Action.rfile(s) for s in sources], env_, executor)[0][0]
+                escape = SCons.Platform.posix.escape
+                assert [a.escape(escape) for a in fast_argv] == [a.escape(escape) for a in slow_argv], str(node)
+                checked += 1
+    print("render-check", checked)
+""")
 
 SCONSCRIPT = textwrap.dedent("""
     Import("env")
@@ -432,8 +468,62 @@ def test_compile_nodes_depend_on_the_programs_they_run(project):
     def tree(node: str) -> str:
         return project.scons("archs=x86_64,sm_80", "--tree=prune", node).output
 
-    clang = ("/usr/lib/llvm-19/bin/clang", os.path.realpath("/usr/lib/llvm-19/bin/clang"))
+    clang = os.path.realpath("/usr/lib/llvm-19/bin/clang")
     for node in ("build/scale.host.bc", "build/scale.sm_80.dev.s", "build/scale.x86_64.dev.o"):
-        assert any(path in tree(node) for path in clang), node
+        assert f"+-{clang} size=" in tree(node), node
     assembled = tree("build/scale.sm_80.dev.cubin.o")
-    assert any(line.startswith("  +-") and line.endswith("/ptxas") for line in assembled.splitlines())  # a direct child
+    ptxas = [line for line in assembled.splitlines() if line.startswith("  +-") and "/ptxas size=" in line]
+    assert len(ptxas) == 1, assembled  # a direct child, named by path, size and mtime (not its 37 MiB hashed)
+
+
+@pytest.fixture
+def private_clang(tmp_path) -> Path:
+    """An LLVM 19 bin directory of our own whose clang is a copy (so its mtime is ours to change)."""
+    llvm = Path("/usr/lib/llvm-19")
+    root = tmp_path / "llvm"
+    (root / "bin").mkdir(parents=True)
+    (root / "lib").symlink_to(llvm / "lib")
+    clang = root / "bin" / "clang"
+    shutil.copy2(os.path.realpath(llvm / "bin" / "clang"), clang)
+    for name in ("clang++", "clang-19"):
+        (root / "bin" / name).symlink_to("clang")
+    for tool in (llvm / "bin").iterdir():
+        if not os.path.lexists(root / "bin" / tool.name):
+            (root / "bin" / tool.name).symlink_to(tool)
+    return clang
+
+
+def test_a_compiler_update_rebuilds_the_compile_nodes(project, private_clang):
+    env = dict(os.environ, OFFLOAD_CLANG=str(private_clang))
+    project.scons(env=env)
+    assert project.scons(env=env).commands == []
+    status = private_clang.stat()
+    os.utime(private_clang, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))  # what a package update does
+    rebuilt = project.scons("--debug=explain", env=env)
+    assert rebuilt.by_phase == {"HOST": 2, "DEVICE": 2, "EMBED": 2}, rebuilt.output
+    assert f"{private_clang} size=" in rebuilt.output  # --debug=explain names the changed compiler
+
+
+def test_rendered_commands_are_what_scons_substitution_gives(project, tmp_path):
+    check = tmp_path / "check_render.py"
+    check.write_text(CHECK_RENDER)
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    checked = project.scons("archs=x86_64,sm_80,gfx90a", f"check_render={check}", "-n").output
+    # main and scale: host, embed, and per target a device compile, plus the sm_80 assemble.
+    assert "render-check 12" in checked, checked
+
+
+def test_a_wrapped_phase_command_runs_through_scons_substitution(project, tmp_path):
+    """``$OFFLOAD_DEVICECOM`` with a launcher in front (ccache-style): SCons' own path, same objects."""
+    log = tmp_path / "launched.log"
+    launcher = tmp_path / "launcher"
+    launcher.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec "$@"\n')
+    launcher.chmod(0o755)
+    project.scons()
+    plain = (project.root / "build" / "scale.o").read_bytes()
+    wrapped = project.scons(f"launcher={launcher}")
+    assert wrapped.by_phase["DEVICE"] == 2  # the command changed, so its signature did
+    assert log.read_text().splitlines() == [os.path.realpath("/usr/lib/llvm-19/bin/clang")] * 2 or \
+        log.read_text().splitlines() == ["/usr/lib/llvm-19/bin/clang"] * 2
+    assert (project.root / "build" / "scale.o").read_bytes() == plain
+    assert project.run_program().returncode == 0

@@ -21,13 +21,17 @@ Each phase has one ``$OFFLOAD_<PHASE>COM`` / ``$OFFLOAD_<PHASE>COMSTR`` pair. Th
 """
 from __future__ import annotations
 
+import collections
+import errno
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import SCons.Action
 import SCons.Builder
 import SCons.Node.FS
+import SCons.Platform.posix
 import SCons.Errors
 import SCons.Scanner.Prog
 import SCons.Subst
@@ -76,19 +80,26 @@ def _user_error(error: Exception) -> SCons.Errors.UserError:
 
 def _toolchain(env) -> Toolchain:
     """The toolchain for ``env``: ``$OFFLOAD_CLANG`` if set, else the process environment's search."""
-    environ = dict(os.environ)
+    environ: Mapping[str, str] = os.environ
     if env.get("OFFLOAD_CLANG"):
-        environ["OFFLOAD_CLANG"] = env.subst("$OFFLOAD_CLANG")
+        environ = collections.ChainMap({"OFFLOAD_CLANG": env.subst("$OFFLOAD_CLANG")}, os.environ)
     try:
         return find_toolchain(environ)
     except OffloadError as error:
         raise _user_error(error) from None
 
 
+#: One phase model per toolchain, top directory and probe cache file, so its templates are made once.
+_MODELS: dict[tuple[Toolchain, str, str], PhaseModel] = {}
+
+
 def _model(env) -> PhaseModel:
     top = env.Dir("#").abspath
-    cache = probe_cache(os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE"))) if env.get("OFFLOAD_PROBE_CACHE") else None
-    return PhaseModel(_toolchain(env), top, cache)
+    cache_path = os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
+    key = (_toolchain(env), top, cache_path)
+    if key not in _MODELS:
+        _MODELS[key] = PhaseModel(key[0], top, probe_cache(cache_path) if cache_path else None)
+    return _MODELS[key]
 
 
 def selected_targets(env) -> tuple[TargetID, ...]:
@@ -267,12 +278,65 @@ _REMOVE_STALE = SCons.Action.Action(_remove_stale_partial, None)
 _COMMIT = SCons.Action.Action(_commit, None)
 
 
+class _PhaseCommandAction(SCons.Action.LazyAction):
+    """``$OFFLOAD_<PHASE>COM`` as SCons makes it (a lazy action), without ``Subst`` while the variable is
+    just the name of one of our renderers.
+
+    SCons substitutes a node's command three times (signature, message, run), and each time walks the
+    ~80 words of a ``-cc1`` line through its expansion machinery, about 1 ms a node; a :class:`_Command`
+    already holds the final words. Any other value (``ccache $_OFFLOAD_HOST_CC1``, a function, a
+    ``$( $)`` section) takes SCons' own path, as do overrides passed to the action.
+    """
+
+    def __init__(self, phase: str) -> None:
+        super().__init__(f"OFFLOAD_{phase}COM", {"cmdstr": f"$OFFLOAD_{phase}COMSTR"})
+
+    def _renderer(self, env) -> _Command | None:
+        value = env.get(self.var)
+        if isinstance(value, str) and value[:1] == "$" and value[1:].isidentifier():
+            renderer = env.get(value[1:])
+            if isinstance(renderer, _Command):
+                return renderer
+        return None
+
+    def process(self, target, source, env, executor=None, overrides=None):
+        renderer = None if overrides else self._renderer(env)
+        if renderer is None:
+            return super().process(target, source, env, executor, overrides)
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        return [list(renderer(target, [SCons.Action.rfile(node) for node in source], env, False))], False, False
+
+    def execute(self, target, source, env, executor=None):
+        """With SCons' own POSIX ``$SPAWN``, run the rendered argv without ``sh -c``: it is an argv list
+        from the driver, never shell syntax, and the shell's start costs about 1 ms a node."""
+        if env.get("SPAWN") is _SHELL_SPAWN and self._renderer(env) is not None:
+            env = env.Override({"SPAWN": _spawn_argv, "ESCAPE": str})
+        return super().execute(target, source, env, executor)
+
+    def get_presig(self, target, source, env, executor=None):
+        renderer = self._renderer(env)
+        if renderer is None:
+            return super().get_presig(target, source, env, executor)
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        return " ".join(map(str, renderer(target, [SCons.Action.rfile(node) for node in source], env, True)))
+
+
+_SHELL_SPAWN = getattr(SCons.Platform.posix, "subprocess_spawn", None)
+
+
+def _spawn_argv(shell: str, escape, command: str, args: list[str], environ: dict[str, str]) -> int:
+    """``$SPAWN`` for argv that needs no shell; the exit status ``sh`` would give for a missing program."""
+    try:
+        return SCons.Platform.posix.exec_subprocess(list(args), environ)
+    except OSError as error:
+        print(f"{args[0]}: {error.strerror}", file=sys.stderr)
+        return 127 if error.errno == errno.ENOENT else 126
+
+
 def _phase_action(phase: str) -> SCons.Action.ListAction:
-    return SCons.Action.ListAction([
-        _REMOVE_STALE,
-        SCons.Action.Action(f"$OFFLOAD_{phase}COM", f"$OFFLOAD_{phase}COMSTR"),
-        _COMMIT,
-    ])
+    return SCons.Action.ListAction([_REMOVE_STALE, _PhaseCommandAction(phase), _COMMIT])
 
 
 _HOST_BUILDER = SCons.Builder.Builder(action=_phase_action("HOST"), source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
@@ -333,6 +397,7 @@ def _object_emitter(target, source, env):
                                _OFFLOAD_ORIGINAL_SOURCE=src)
     obj.attributes.offload_inputs = (host_bc[0], package[0])
     env.Depends(obj, host_bc + package)
+    _depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
     return target, source
 
 
@@ -340,17 +405,28 @@ def _command_dependency_overrides(env) -> dict:
     """Overrides for the compile nodes: no implicit command dependency scan (unless the user configured it).
 
     SCons finds a command's program by rendering the whole command once more and searching ``$PATH`` for
-    its first word, for every node; our phase commands start with the absolute path of the probed
-    program, so :func:`_depend_on_program` makes it an explicit dependency instead (the same rebuild
-    when the compiler changes, without the rendering).
+    its first word, for every node, and then hashes the program's contents (37 MiB for CUDA 13's
+    ``ptxas``) on every run, no-op builds included. Our phase commands start with the absolute path of
+    the probed program, so :func:`_depend_on_program` names it through a stamp instead.
     """
     return {} if "IMPLICIT_COMMAND_DEPENDENCIES" in env else {"IMPLICIT_COMMAND_DEPENDENCIES": 0}
+
+
+def program_stamp(program: str) -> str:
+    """What identifies an installed program for rebuilds: its resolved path, size and modification time
+    (a package update changes them; the toolchain cache keys on the same)."""
+    resolved = os.path.realpath(program)
+    try:
+        status = os.stat(resolved)
+    except OSError:
+        return f"{resolved} (missing)"
+    return f"{resolved} size={status.st_size} mtime_ns={status.st_mtime_ns}"
 
 
 def _depend_on_program(env, nodes, overrides: dict, template) -> None:
     program = str(template.argv[0]) if template is not None and template.argv else ""
     if overrides and os.path.isabs(program):
-        env.Depends(nodes, env.File(program))
+        env.Depends(nodes, env.Value(program_stamp(program)))
 
 
 class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
