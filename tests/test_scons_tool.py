@@ -72,7 +72,7 @@ CHECK_RENDER = textwrap.dedent("""
         targets, sources = executor.get_all_targets(), executor.get_all_sources()
         for listed in executor.get_action_list():
             for action in getattr(listed, "list", [listed]):
-                if not isinstance(action, tool._PhaseCommandAction):
+                if not isinstance(action, tool._PhaseCommandAction) or action._renderer(env_) is None:
                     continue
                 fast = action.get_presig(targets, sources, env_, executor)
                 slow = SCons.Action.LazyAction.get_presig(action, targets, sources, env_, executor)
@@ -509,8 +509,9 @@ def test_rendered_commands_are_what_scons_substitution_gives(project, tmp_path):
     check.write_text(CHECK_RENDER)
     project.scons("archs=x86_64,sm_80,gfx90a")
     checked = project.scons("archs=x86_64,sm_80,gfx90a", f"check_render={check}", "-n").output
-    # main and scale: host, embed, and per target a device compile, plus the sm_80 assemble.
-    assert "render-check 12" in checked, checked
+    # main and scale: host, embed, and per target a device compile, plus the sm_80 assemble (12);
+    # the program: one device link per target (3).
+    assert "render-check 15" in checked, checked
 
 
 def test_a_wrapped_phase_command_runs_through_scons_substitution(project, tmp_path):

@@ -288,8 +288,8 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
     ``$( $)`` section) takes SCons' own path, as do overrides passed to the action.
     """
 
-    def __init__(self, phase: str) -> None:
-        super().__init__(f"OFFLOAD_{phase}COM", {"cmdstr": f"$OFFLOAD_{phase}COMSTR"})
+    def __init__(self, phase: str, varlist: Sequence[str] = ()) -> None:
+        super().__init__(f"OFFLOAD_{phase}COM", {"cmdstr": f"$OFFLOAD_{phase}COMSTR", "varlist": tuple(varlist)})
 
     def _renderer(self, env) -> _Command | None:
         value = env.get(self.var)
@@ -306,6 +306,20 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
         if executor:
             target, source = executor.get_all_targets(), executor.get_all_sources()
         return [list(renderer(target, [SCons.Action.rfile(node) for node in source], env, False))], False, False
+
+    def get_targets(self, env, executor):
+        # A lazy action would make an action of the renderer (and hash its code) to answer this.
+        return self.targets if self._renderer(env) is not None else super().get_targets(env, executor)
+
+    def batch_key(self, env, target, source):
+        return None if self._renderer(env) is not None else super().batch_key(env, target, source)
+
+    def genstring(self, target, source, env, executor=None):
+        # What SCons records as the node's action (shown by --debug=explain), as a lazy action words it.
+        renderer = self._renderer(env)
+        if renderer is None:
+            return super().genstring(target, source, env, executor)
+        return f"{renderer.__name__}(target, source, env)"
 
     def execute(self, target, source, env, executor=None):
         """With SCons' own POSIX ``$SPAWN``, run the rendered argv without ``sh -c``: it is an argv list
@@ -582,8 +596,7 @@ def _function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | No
     (``varlist``: what its signature reads, default :data:`_FUNCTION_PHASE_VARLIST`)."""
     return SCons.Action.ListAction([
         _REMOVE_STALE, *before,
-        SCons.Action.Action(f"$OFFLOAD_{phase}COM", f"$OFFLOAD_{phase}COMSTR",
-                            varlist=list(_FUNCTION_PHASE_VARLIST if varlist is None else varlist)),
+        _PhaseCommandAction(phase, _FUNCTION_PHASE_VARLIST if varlist is None else varlist),
         _COMMIT, *after,
     ])
 
