@@ -399,6 +399,10 @@ def device_link_command(toolchain: Toolchain, key: GroupKey, inputs: Sequence[st
         if toolchain.cuda_path is not None:
             argv.append(f"--cuda-path={toolchain.cuda_path}")
     argv.extend(flags)
+    if triple == NVPTX_TRIPLE and (level := _ptxas_opt_level(flags)) is not None:
+        # clang-linker-wrapper runs LTO at this level and then ptxas at the driver's mapping of it;
+        # clang-nvlink-wrapper does both from one --plugin-opt (left alone, it runs ptxas at -O3).
+        argv.append(f"-Wl,--plugin-opt=O{level}")
     if triple != NVPTX_TRIPLE:
         argv.append("-Wl,--no-undefined")
     argv.extend(inputs)
@@ -409,6 +413,18 @@ def device_link_command(toolchain: Toolchain, key: GroupKey, inputs: Sequence[st
         argv.extend(host_libraries)
         argv.extend([f"-L{toolchain.lib_dir}", "-lstdc++", "-lm", "-lomp", "-lomptarget"])
     return argv
+
+
+def _ptxas_opt_level(flags: Sequence[str]) -> str | None:
+    """The ptxas level the Clang 19 driver gives for the last ``-O`` in ``flags`` (its NVPTX assembler
+    maps -O4/-Ofast to 3, -O0 to 0, -O1..3 to themselves and anything else to 2), or None."""
+    level = None
+    for flag in flags:
+        if flag in ("-O4", "-Ofast"):
+            level = "3"
+        elif flag.startswith("-O"):
+            level = flag[2:] if flag[2:] in ("0", "1", "2", "3") else "2"
+    return level
 
 
 def host_runtime_arguments(toolchain: Toolchain) -> list[str]:

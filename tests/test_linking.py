@@ -17,6 +17,7 @@ import pytest
 
 from offload_builders import linking
 from offload_builders.linking import DeviceSymbol, LinkInput, _SymbolTable
+from offload_builders.toolchain import find_toolchain
 
 pytestmark = pytest.mark.slow
 
@@ -238,3 +239,24 @@ def test_device_bitcode_symbols_are_remembered_across_links(objects, tmp_path):
     uncached = subprocess.run(argv, env=dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), capture_output=True, text=True,
                               check=True).stdout.split()
     assert uncached == first
+
+
+@pytest.mark.parametrize("flag", ["-O2", "-O3", "-Os", "-O0", "-Ofast"])
+def test_nvptx_device_link_assembles_at_the_drivers_level(tmp_path, llvm19, flag):
+    """clang-linker-wrapper hands the LTO result to the driver, whose ptxas level follows ``-O``;
+    clang-nvlink-wrapper left alone would run ptxas at -O3, so our link passes the level on."""
+    (tmp_path / "k.c").write_text("int f(int x) { return x + 1; }\n")
+    (tmp_path / "k.s").write_text("")
+    nvptx = [llvm19("clang"), "--target=nvptx64-nvidia-cuda", "-march=sm_80", "-nogpulib"]
+    subprocess.run([*nvptx, "-flto", "-c", "k.c", "-o", "k.o"], cwd=tmp_path, check=True)
+    argv = linking.device_link_command(find_toolchain(), (linking.NVPTX_TRIPLE, "sm_80"), ["k.o"], "k.img",
+                                       flags=(flag,))
+    ours = subprocess.run([*argv, "-Wl,--dry-run"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    driver = subprocess.run([*nvptx, flag, "-###", "-c", "k.s"], cwd=tmp_path, capture_output=True, text=True,
+                            check=True)
+
+    def ptxas_level(output: str) -> str:
+        line = next(line for line in output.splitlines() if "ptxas" in line)
+        return next(arg.strip('"') for arg in line.split() if arg.strip('"').startswith("-O"))
+
+    assert ptxas_level(ours.stdout + ours.stderr) == ptxas_level(driver.stderr)
