@@ -8,8 +8,9 @@ Generates N synthetic OpenMP offload sources, then builds them two ways with SCo
   linked by the driver.
 
 and prints wall-clock times and the ratio ours/mono for: full build at -j1 and -j2, adding one target
-to a 4-target build, removing one, and a no-op rebuild. Timings on a shared machine are noisy: read
-the ratios, and run it twice before believing a small difference.
+to a 4-target build, removing one, and a no-op rebuild. The modes take turns within each of the
+``--repeat`` rounds; the table gives the best times, their ratio and the median of the rounds' ratios.
+Timings on a shared machine are noisy: run several rounds before believing a small difference.
 
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1]
 """
@@ -18,11 +19,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SCONS = str(Path(sys.executable).with_name("scons"))
@@ -96,6 +99,22 @@ def clean(root: Path) -> None:
             path.unlink()
 
 
+def paired(ours: Callable[[], float], theirs: Callable[[], float], repeat: int) -> tuple[float, float, float]:
+    """Best time of each side and the median of the per-round ratios ours/theirs.
+
+    The sides run in turns, the first of each round alternating (ABBA), so a change in the shared
+    machine's load hits both alike; the median ratio of rounds is what to read when the best times differ
+    by less than the noise.
+    """
+    times: dict[str, list[float]] = {"ours": [], "theirs": []}
+    for round_ in range(repeat):
+        order = (("ours", ours), ("theirs", theirs)) if round_ % 2 == 0 else (("theirs", theirs), ("ours", ours))
+        for side, run in order:
+            times[side].append(run())
+    ratios = sorted(a / b for a, b in zip(times["ours"], times["theirs"]))
+    return min(times["ours"]), min(times["theirs"]), statistics.median(ratios)
+
+
 def measure(roots: dict[str, Path], repeat: int, *targets: str) -> list[tuple[str, dict[str, float]]]:
     """Each scenario for both modes; ``targets`` limits the builds (``objects``: stop at the fat objects)."""
     rows: list[tuple[str, dict[str, float]]] = []
@@ -103,7 +122,9 @@ def measure(roots: dict[str, Path], repeat: int, *targets: str) -> list[tuple[st
     shrunk = [t for t in grown if t != REMOVED_TARGET]
 
     def best(scenario):
-        return {mode: min(scenario(mode, root) for _ in range(repeat)) for mode, root in roots.items()}
+        ours, mono, ratio = paired(lambda: scenario("ours", roots["ours"]), lambda: scenario("mono", roots["mono"]),
+                                   repeat)
+        return {"ours": ours, "mono": mono, "ratio": ratio}
 
     for jobs in (1, 2):
         def full(mode, root, jobs=jobs):
@@ -131,7 +152,7 @@ def measure(roots: dict[str, Path], repeat: int, *targets: str) -> list[tuple[st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=8, help="synthetic kernel sources (plus main.cpp)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the best is kept")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds per cell (the modes take turns)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="offload-bench-") as scratch:
         roots = {}
@@ -140,12 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             generate(roots[mode], args.sources)
         tables = {"compile only (up to the fat objects)": measure(roots, args.repeat, "objects"),
                   "whole program (ours: our link nodes; mono: the driver link through clang-linker-wrapper)": measure(roots, args.repeat)}
-    print(f"{args.sources} kernel sources + main.cpp, targets {','.join(BASE_TARGETS)}, {os.cpu_count()} CPUs")
+    print(f"{args.sources} kernel sources + main.cpp, targets {','.join(BASE_TARGETS)}, {os.cpu_count()} CPUs;"
+          f" best of {args.repeat} interleaved rounds, and the median of the rounds' ratios")
     for title, rows in tables.items():
         print(f"\n{title}")
-        print(f"{'scenario':<40} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10}")
+        print(f"{'scenario':<40} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10} {'median':>7}")
         for name, times in rows:
-            print(f"{name:<40} {times['ours']:>9.2f} {times['mono']:>9.2f} {times['ours'] / times['mono']:>10.2f}")
+            print(f"{name:<40} {times['ours']:>9.2f} {times['mono']:>9.2f} {times['ours'] / times['mono']:>10.2f}"
+                  f" {times['ratio']:>7.2f}")
     return 0
 
 

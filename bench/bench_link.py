@@ -13,7 +13,8 @@ times the link only, two pairs side by side:
   Clang's own wrapper.
 
 Projects: ``sample_project`` and the synthetic benchmark of ``bench_build.py``. Times are the best of
-``--repeat`` runs; ratios are ours/clang (below 1 is faster). The machine is shared and noisy.
+``--repeat`` rounds in which the two sides take turns; ratios are ours/clang (below 1 is faster), from the
+best times and as the median of the rounds' ratios. The machine is shared and noisy.
 
     .venv/bin/python bench/bench_link.py [--sources 8] [--repeat 3]
 """
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_build import generate  # noqa: E402
+from bench_build import generate, paired  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -67,7 +68,7 @@ def remove_link_outputs(program: Path) -> None:
 
 
 def measure(title: str, root: Path, build: Path, program: str, scons_args: list[str], archs: list[str],
-            repeat: int) -> list[tuple[str, float, float]]:
+            repeat: int) -> list[tuple[str, float, float, float]]:
     subprocess.run([SCONS, "-Q", "-j2", *scons_args, program], cwd=root, check=True, stdout=subprocess.DEVNULL)
     objects = sorted(str(p) for p in build.glob("*.o") if ".dev." not in p.name and not p.name.endswith(".wrapper.o"))
     link = [CLANGXX, *driver_target_flags(archs), "-O2", "-fuse-ld=lld", *objects, "-o", str(root / "clang.out")]
@@ -77,10 +78,9 @@ def measure(title: str, root: Path, build: Path, program: str, scons_args: list[
         f"#!/bin/sh\nexec {BIN / 'offload-link'} --wrapper-jobs=${{OFFLOAD_LINK_JOBS:-1}} \"$@\"\n")
     (shim / "clang-linker-wrapper").chmod(0o755)
 
-    def best(run) -> float:
-        return min(run() for _ in range(repeat))
+    def clang() -> float:
+        return timed(link, root)
 
-    clang = best(lambda: timed(link, root))
     driver_sconstruct = root / "SConstruct.driver"
     driver_sconstruct.write_text(DRIVER_SCONSTRUCT % {"clangxx": CLANGXX, "objects": objects,
                                                       "flags": [*driver_target_flags(archs), "-O2", "-fuse-ld=lld"]})
@@ -93,21 +93,21 @@ def measure(title: str, root: Path, build: Path, program: str, scons_args: list[
         def scons_driver(jobs=jobs) -> float:
             (root / "driver.out").unlink(missing_ok=True)
             return timed([SCONS, "-Q", f"-j{jobs}", "-f", str(driver_sconstruct), "driver.out"], root)
-        rows.append((f"{title}: scons -j{jobs}, our link nodes vs driver link", best(scons_link), best(scons_driver)))
+        rows.append((f"{title}: scons -j{jobs}, our link nodes vs driver link", *paired(scons_link, scons_driver, repeat)))
     for jobs in (1, 2):
         env = dict(os.environ, OFFLOAD_LINK_JOBS=str(jobs))
         ours = [link[0], f"-B{shim}", *link[1:-1], str(root / "ours.out")]
         rows.append((f"{title}: clang++ -B(offload-link --wrapper-jobs={jobs}) vs clang++",
-                     best(lambda env=env: timed(ours, root, env)), clang))
+                     *paired(lambda env=env: timed(ours, root, env), clang, repeat)))
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=8, help="synthetic kernel sources (plus main.cpp)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the best is kept")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per cell (the sides take turns)")
     args = parser.parse_args(argv)
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="offload-bench-link-") as scratch:
         sample = Path(scratch) / "sample_project"
         shutil.copytree(REPO / "sample_project", sample, ignore=shutil.ignore_patterns("build", ".sconsign*"))
@@ -119,11 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         archs = ["sm_80", "sm_90", "gfx90a", "gfx942"]
         rows += measure(f"synthetic {args.sources} sources {','.join(archs)}", synthetic, synthetic / "src", "prog",
                         ["mode=ours", f"archs={','.join(archs)}"], archs, args.repeat)
-    print(f"link only, best of {args.repeat}; clang = the driver's link through clang-linker-wrapper 19 "
-          f"(serial); {os.cpu_count()} CPUs")
-    print(f"{'scenario':<88} {'ours (s)':>9} {'clang (s)':>9} {'ours/clang':>10}")
-    for name, ours, clang in rows:
-        print(f"{name:<88} {ours:>9.2f} {clang:>9.2f} {ours / clang:>10.2f}")
+    print(f"link only, best of {args.repeat} interleaved rounds and the median of the rounds' ratios; clang = the"
+          f" driver's link through clang-linker-wrapper 19 (serial); {os.cpu_count()} CPUs")
+    print(f"{'scenario':<88} {'ours (s)':>9} {'clang (s)':>9} {'ours/clang':>10} {'median':>7}")
+    for name, ours, clang, ratio in rows:
+        print(f"{name:<88} {ours:>9.2f} {clang:>9.2f} {ours / clang:>10.2f} {ratio:>7.2f}")
     return 0
 
 
