@@ -260,3 +260,22 @@ def test_nvptx_device_link_assembles_at_the_drivers_level(tmp_path, llvm19, flag
         return next(arg.strip('"') for arg in line.split() if arg.strip('"').startswith("-O"))
 
     assert ptxas_level(ours.stdout + ours.stderr) == ptxas_level(driver.stderr)
+
+
+@pytest.mark.parametrize("key", [("x86_64-unknown-linux-gnu", "x86_64"), (linking.AMDGPU_TRIPLE, "gfx90a"),
+                                 (linking.NVPTX_TRIPLE, "sm_80")])
+def test_probed_device_link_job_links_what_the_driver_links(objects, key, tmp_path):
+    """The driver's device-link job, filled in with other inputs, gives the image the driver gives."""
+    flavour = "x86" if key[1] == "x86_64" else "gpu"
+    scanned = linking.scan_link_inputs([objects / flavour / "main.o", objects / flavour / "libkern.a",
+                                        "/usr/lib/llvm-19/lib/libomptarget.devicertl.a"])
+    linking.write_device_inputs(linking.select_device_files(scanned, key), tmp_path / "inputs.devin")
+    inputs = linking.unpack_device_inputs(tmp_path / "inputs.devin", tmp_path / "in")
+    toolchain = find_toolchain()
+    job = linking.probe_device_link(toolchain, key)
+    assert job is not None and os.path.basename(str(job.argv[0])) in ("ld.lld", "clang-nvlink-wrapper")
+    by_driver = linking.device_link_command(toolchain, key, inputs, str(tmp_path / "driver.img"))
+    direct = linking.render_device_link(job, inputs, str(tmp_path / "direct.img"))
+    for argv in (by_driver, direct):
+        subprocess.run(argv, cwd=tmp_path, check=True, capture_output=True)
+    assert (tmp_path / "driver.img").read_bytes() == (tmp_path / "direct.img").read_bytes()

@@ -34,7 +34,7 @@ SCONSTRUCT = textwrap.dedent("""
         CPPPATH=["#include"],
         OFFLOAD_FLAGS=["-O1"],
     )
-    for phase in %(phases)r:
+    for phase in %(phases)r if not ARGUMENTS.get("commands") else ():
         env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
     if ARGUMENTS.get("target_flags"):
         target, _, flags = ARGUMENTS["target_flags"].partition("=")
@@ -527,4 +527,20 @@ def test_a_wrapped_phase_command_runs_through_scons_substitution(project, tmp_pa
     assert log.read_text().splitlines() == [os.path.realpath("/usr/lib/llvm-19/bin/clang")] * 2 or \
         log.read_text().splitlines() == ["/usr/lib/llvm-19/bin/clang"] * 2
     assert (project.root / "build" / "scale.o").read_bytes() == plain
+    assert project.run_program().returncode == 0
+
+
+def test_device_links_run_the_drivers_own_job(project):
+    """Each device link runs the one job the driver would (ld.lld, clang-nvlink-wrapper), probed when the
+    program is declared, instead of starting the driver for it."""
+    project.scons("archs=x86_64,sm_80,gfx90a")
+    for image in (project.root / "build").glob("prog.*.img"):
+        image.unlink()
+    shown = project.scons("archs=x86_64,sm_80,gfx90a", "commands=1", "-n").output.splitlines()
+    links = {line.split(" -o ")[1].split()[0]: line.split()[0] for line in shown if ".img.partial" in line}
+    assert links == {"build/prog.x86_64.img.partial": "/usr/lib/llvm-19/bin/ld.lld",
+                     "build/prog.gfx90a.img.partial": "/usr/lib/llvm-19/bin/ld.lld",
+                     "build/prog.sm_80.img.partial": "/usr/lib/llvm-19/bin/clang-nvlink-wrapper"}, shown
+    rebuilt = project.scons("archs=x86_64,sm_80,gfx90a")
+    assert rebuilt.by_phase["DEVICELINK"] == 3 and rebuilt.count("LINK") == 0  # the same images again
     assert project.run_program().returncode == 0

@@ -551,14 +551,40 @@ def _device_link_cmd(target, source, env, for_signature):
         if count == 0:
             return []
         inputs = [os.path.join(_inputs_dir(env, target[0]), f"{index:03d}.o") for index in range(count)]
+    flags, host_libraries = _device_link_arguments(env, tid, target, source, for_signature)
+    toolchain, key = _toolchain(env), linking.group_key(tid)
+    # The driver's own job, probed when the program was declared; the driver command if the flags differ now.
+    job = linking.known_device_link(toolchain, key, flags=flags, host_libraries=host_libraries)
+    if job is not None:
+        return linking.render_device_link(job, inputs, _partial(env, target[0]))
+    return linking.device_link_command(toolchain, key, inputs, _partial(env, target[0]),
+                                       flags=flags, host_libraries=host_libraries)
+
+
+def _device_link_arguments(env, tid: TargetID, target, source, for_signature: bool) -> tuple[list[str], list[str]]:
+    """The device-link flags and (for the host-CPU image, a shared object linked against the host's
+    libraries) the library flags of one device-link node."""
     flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
                                             SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD,
                                             target=target, source=source)[0]]
     host_libraries = []
-    if tid.kind == "host-cpu":  # the host-CPU image is a shared object linked against the host's libraries
+    if tid.kind == "host-cpu":
         host_libraries = [str(f) for f in env.subst_list("$_LIBDIRFLAGS $_LIBFLAGS", target=target, source=source)[0]]
-    return linking.device_link_command(_toolchain(env), linking.group_key(tid), inputs, _partial(env, target[0]),
-                                       flags=flags, host_libraries=host_libraries)
+    return flags, host_libraries
+
+
+def _probe_device_link(node, tid: TargetID) -> None:
+    """Ask the driver, at read time, for the job of this device-link node (see :func:`_device_link_cmd`)."""
+    executor = node.get_executor()
+    env = executor.get_build_env()
+    targets, sources = executor.get_all_targets(), executor.get_all_sources()
+    try:
+        for for_signature in (False, True):
+            flags, host_libraries = _device_link_arguments(env, tid, targets, sources, for_signature)
+            linking.probe_device_link(_toolchain(env), linking.group_key(tid), flags=flags,
+                                      host_libraries=host_libraries, cache=_model(env).cache)
+    except OffloadError as error:
+        raise _user_error(error) from None
 
 
 def _target_link_flags(target, source, env, for_signature):
@@ -679,8 +705,10 @@ def _program_emitter(target, source, env):
     for tid in targets:
         device_inputs = _EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
                                          OFFLOAD_TARGET=str(tid))
-        images.extend(_DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.img")], device_inputs,
-                                           OFFLOAD_TARGET=str(tid)))
+        image = _DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.img")], device_inputs,
+                                     OFFLOAD_TARGET=str(tid))
+        _probe_device_link(image[0], tid)
+        images.extend(image)
     wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
                             _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
     program.attributes.offload_wrapper = wrapper[0]
