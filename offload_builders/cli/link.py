@@ -231,7 +231,7 @@ def _run(argv: Sequence[str], verbose: bool) -> None:
 def _link(opts: _Options) -> int:
     from offload_builders import linking
     from offload_builders.targets import HOST_CPU_TRIPLE
-    from offload_builders.toolchain import find_toolchain
+    from offload_builders.toolchain import find_toolchain, user_cache
 
     environ = dict(os.environ)
     if opts.cuda_path:
@@ -256,8 +256,13 @@ def _link(opts: _Options) -> int:
             paths = linking.unpack_device_inputs(device_inputs, base + ".inputs")
             extra = [value for triple, value in opts.device_linker if triple in (None, key[0])]
             host_libraries = [a for a in opts.linker_args if a.startswith(("-L", "-l"))] if key[0] == HOST_CPU_TRIPLE else []
-            command = linking.device_link_command(toolchain, key, paths, base + ".img",
-                                                  flags=[f"-{opts.opt_level}", *extra], host_libraries=host_libraries)
+            flags = [f"-{opts.opt_level}", *extra]
+            # The driver's own job (ld.lld, clang-nvlink-wrapper), remembered per user: no driver start.
+            job = linking.probe_device_link(toolchain, key, flags=flags, host_libraries=host_libraries,
+                                            cache=user_cache("driver-probes.json", max_entries=256))
+            command = (linking.render_device_link(job, paths, base + ".img") if job is not None else
+                       linking.device_link_command(toolchain, key, paths, base + ".img", flags=flags,
+                                                   host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
         if opts.dry_run:
             for _, _, command in jobs:
