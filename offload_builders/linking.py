@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from offload_builders.errors import OffloadError, ToolchainError
+from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import (ContainerKind, FoundBinary, bitcode_linker_symbols,
                                                  extract_offload_binaries, identify)
@@ -37,8 +36,8 @@ from offload_builders.formats.elf import (STB_LOCAL, STB_WEAK, STT_FILE, STT_SEC
                                           file_reader, read_sections, read_symbols)
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
-from offload_builders.phases import Arg, CommandTemplate, Slot, parse_driver_jobs
-from offload_builders.toolchain import ProbeCache, Toolchain, user_cache
+from offload_builders.phases import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
+from offload_builders.toolchain import ProbeCache, Toolchain
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.
 GroupKey = tuple[str, str]
@@ -498,61 +497,39 @@ _DEVICE_LINK_JOBS: dict[tuple, CommandTemplate | None] = {}
 def probe_device_link(toolchain: Toolchain, key: GroupKey, *, flags: Sequence[str] = ("-O2",),
                       host_libraries: Sequence[str] = (), cache: ProbeCache | None = None) -> CommandTemplate | None:
     """The one job the driver runs for :func:`device_link_command` (``ld.lld`` for AMDGPU and the host CPU,
-    ``clang-nvlink-wrapper`` for NVPTX), as a template with an ``inputs`` and an ``output`` slot.
+    ``clang-nvlink-wrapper`` for NVPTX), as a template with an ``inputs`` (a list) and an ``output`` slot.
 
     Running that job directly saves the driver's start and its search for GCC and CUDA, about 20 ms a
     device link. Memoized; ``cache`` (with the per-user probe cache) keeps it across runs. None where the
     driver prints anything but one job holding our inputs in order, and the output, as plain arguments.
     """
-    memo = (str(toolchain.clang), key, tuple(flags), tuple(host_libraries))
-    if memo in _DEVICE_LINK_JOBS:
-        return _DEVICE_LINK_JOBS[memo]
-    inputs = [_PROBE_INPUT.format(index) for index in range(2)]
-    argv = device_link_command(toolchain, key, inputs, _PROBE_OUTPUT, flags=flags, host_libraries=host_libraries)
-    jobs = _device_link_jobs(argv, cache)
-    template = _device_link_template(jobs[0], inputs) if len(jobs) == 1 else None
-    _DEVICE_LINK_JOBS[memo] = template
-    return template
+    memo = _device_link_memo(toolchain, key, flags, host_libraries)
+    if memo not in _DEVICE_LINK_JOBS:
+        inputs = [_PROBE_INPUT.format(index) for index in range(2)]
+        argv = device_link_command(toolchain, key, inputs, _PROBE_OUTPUT, flags=flags, host_libraries=host_libraries)
+
+        def ask_driver() -> tuple[tuple[str, ...], ...]:
+            with tempfile.TemporaryDirectory(prefix="offload-link-probe-") as scratch:
+                for name in inputs:
+                    open(os.path.join(scratch, name), "wb").close()
+                done = run_driver([*argv, "-###"], scratch)
+            return tuple(tuple(job) for job in parse_driver_jobs(done.stderr)) if done.returncode == 0 else ()
+
+        cache_key = ProbeCache.key(argv[0], "device-link", tuple(argv[1:]), "") if cache is not None else ""
+        jobs = remembered_jobs(cache_key, cache, ask_driver)
+        _DEVICE_LINK_JOBS[memo] = _device_link_template(jobs[0], inputs) if len(jobs) == 1 else None
+    return _DEVICE_LINK_JOBS[memo]
 
 
 def known_device_link(toolchain: Toolchain, key: GroupKey, *, flags: Sequence[str] = ("-O2",),
                       host_libraries: Sequence[str] = ()) -> CommandTemplate | None:
     """What :func:`probe_device_link` found in this process for these arguments, without probing."""
-    return _DEVICE_LINK_JOBS.get((str(toolchain.clang), key, tuple(flags), tuple(host_libraries)))
+    return _DEVICE_LINK_JOBS.get(_device_link_memo(toolchain, key, flags, host_libraries))
 
 
-def render_device_link(template: CommandTemplate, inputs: Sequence[str], output: str) -> list[str]:
-    argv: list[str] = []
-    for arg in template.argv:
-        if isinstance(arg, str):
-            argv.append(arg)
-        elif arg.name == "inputs":
-            argv.extend(inputs)
-        else:
-            argv.append(arg.prefix + output)
-    return argv
-
-
-def _device_link_jobs(argv: list[str], cache: ProbeCache | None) -> tuple[tuple[str, ...], ...]:
-    driver = argv[0]
-    cache_key = ProbeCache.key(driver, "device-link", tuple(argv[1:]), "") if cache is not None else ""
-    shared = user_cache("driver-probes.json", max_entries=256) if cache is not None else None
-    for store in (cache, shared):
-        if store is not None and (cached := store.get(cache_key)) is not None:
-            return cached
-    with tempfile.TemporaryDirectory(prefix="offload-link-probe-") as scratch:
-        for name in argv:
-            if name.startswith("__offload_link_probe_input_"):
-                open(os.path.join(scratch, name), "wb").close()
-        try:
-            done = subprocess.run([*argv, "-###"], cwd=scratch, capture_output=True, text=True, timeout=120)
-        except OSError as error:
-            raise ToolchainError(f"cannot run {driver}: {error.strerror}") from None
-    jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr)) if done.returncode == 0 else ()
-    for store in (cache, shared):
-        if store is not None and jobs:
-            store.put(cache_key, jobs)
-    return jobs
+def _device_link_memo(toolchain: Toolchain, key: GroupKey, flags: Sequence[str],
+                      host_libraries: Sequence[str]) -> tuple:
+    return str(toolchain.clang), key, tuple(flags), tuple(host_libraries)
 
 
 def _device_link_template(job: Sequence[str], inputs: Sequence[str]) -> CommandTemplate | None:

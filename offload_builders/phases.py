@@ -28,7 +28,7 @@ import os
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,12 +82,21 @@ class CommandTemplate:
     def slots(self) -> frozenset[str]:
         return frozenset(arg.name for arg in self.argv if isinstance(arg, Slot))
 
-    def render(self, **values: str) -> list[str]:
-        """Fill every slot; a missing or unexpected value is a programming error, so it raises."""
+    def render(self, **values: str | Sequence[str]) -> list[str]:
+        """Fill every slot; a list value fills its slot with as many arguments. A missing or unexpected
+        value is a programming error, so it raises."""
         unknown = set(values) - self.slots
         if unknown:
             raise KeyError(f"no slot named {sorted(unknown)} in this command")
-        return [arg if isinstance(arg, str) else arg.prefix + values[arg.name] for arg in self.argv]
+        argv: list[str] = []
+        for arg in self.argv:
+            if isinstance(arg, str):
+                argv.append(arg)
+            elif isinstance(value := values[arg.name], str):
+                argv.append(arg.prefix + value)
+            else:
+                argv.extend(arg.prefix + item for item in value)
+        return argv
 
 
 @dataclass(frozen=True)
@@ -147,32 +156,50 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: 
     (memoized, and kept in ``cache``). ``mode`` selects the offload model (``-fopenmp``; the HIP model
     passes ``-x hip``), ``extension`` the probe file's (default: from ``language``), ``what`` names the
     flags in the error."""
+    def ask_driver() -> tuple[tuple[str, ...], ...]:
+        with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
+            source = Path(scratch) / f"{_PROBE_STEM}{extension or ('.c' if language == 'c' else '.cpp')}"
+            source.write_text("")
+            argv = [driver, "-###", *mode, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
+            done = run_driver(argv, cwd)
+        if done.returncode != 0:
+            message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
+            raise ProbeError(f"{driver} rejected the {what} flags {' '.join(flags)}: {message}")
+        return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
+
     key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
-    if cache is not None and (cached := cache.get(key)) is not None:
+    return remembered_jobs(key, cache, ask_driver)
+
+
+def run_driver(argv: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
+    """Run a driver probe (``argv`` holds ``-###``); a driver that cannot start is a ToolchainError."""
+    try:
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
+    except OSError as error:
+        raise ToolchainError(f"cannot run {argv[0]}: {error.strerror}") from None
+
+
+JobList = tuple[tuple[str, ...], ...]
+
+
+def remembered_jobs(key: str, cache: ProbeCache | None, ask_driver: Callable[[], JobList]) -> JobList:
+    """The driver's jobs for ``key``: from ``cache``, else from the per-user probe cache (copied into
+    ``cache``), else ``ask_driver()``, then kept in both unless it found none (asked again next time).
+    Without ``cache`` nothing is read or kept."""
+    if cache is None:
+        return ask_driver()
+    if (cached := cache.get(key)) is not None:
         return cached
     # A fresh checkout (or `git clean`) of a project probed before finds the answers in the per-user cache.
-    shared = user_cache("driver-probes.json", max_entries=256) if cache is not None else None
-    if shared is not None and (cached := shared.get(key)) is not None:
-        cache.put(key, cached)  # type: ignore[union-attr]
+    shared = user_cache("driver-probes.json", max_entries=256)
+    if shared is not None and shared is not cache and (cached := shared.get(key)) is not None:
+        cache.put(key, cached)
         return cached
-    if extension is None:
-        extension = ".c" if language == "c" else ".cpp"
-    with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
-        source = Path(scratch) / f"{_PROBE_STEM}{extension}"
-        source.write_text("")
-        argv = [driver, "-###", *mode, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
-        try:
-            done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
-        except OSError as error:
-            raise ToolchainError(f"cannot run {driver}: {error.strerror}") from None
-    if done.returncode != 0:
-        message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
-        raise ProbeError(f"{driver} rejected the {what} flags {' '.join(flags)}: {message}")
-    jobs = tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
-    if cache is not None:
+    jobs = ask_driver()
+    if jobs:
         cache.put(key, jobs)
-    if shared is not None:
-        shared.put(key, jobs)
+        if shared is not None and shared is not cache:
+            shared.put(key, jobs)
     return jobs
 
 

@@ -276,7 +276,7 @@ def test_probed_device_link_job_links_what_the_driver_links(objects, key, tmp_pa
     job = linking.probe_device_link(toolchain, key)
     assert job is not None and os.path.basename(str(job.argv[0])) in ("ld.lld", "clang-nvlink-wrapper")
     by_driver = linking.device_link_command(toolchain, key, inputs, str(tmp_path / "driver.img"))
-    direct = linking.render_device_link(job, inputs, str(tmp_path / "direct.img"))
+    direct = job.render(inputs=inputs, output=str(tmp_path / "direct.img"))
     for argv in (by_driver, direct):
         subprocess.run(argv, cwd=tmp_path, check=True, capture_output=True)
     assert (tmp_path / "driver.img").read_bytes() == (tmp_path / "direct.img").read_bytes()

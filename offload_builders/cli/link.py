@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError, run_guarded
+from offload_builders.cli._common import answered_help_or_version, UsageError, run_guarded
 
 PROG = "offload-link"
 
@@ -260,7 +260,7 @@ def _link(opts: _Options) -> int:
             # The driver's own job (ld.lld, clang-nvlink-wrapper), remembered per user: no driver start.
             job = linking.probe_device_link(toolchain, key, flags=flags, host_libraries=host_libraries,
                                             cache=user_cache("driver-probes.json", max_entries=256))
-            command = (linking.render_device_link(job, paths, base + ".img") if job is not None else
+            command = (job.render(inputs=paths, output=base + ".img") if job is not None else
                        linking.device_link_command(toolchain, key, paths, base + ".img", flags=flags,
                                                    host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
@@ -307,11 +307,7 @@ def _insert_after_output(args: Sequence[str], wrapper: str) -> list[str]:
 
 def _main(argv: Sequence[str]) -> int:
     opts = _parse(argv)
-    if opts.help:
-        sys.stdout.write(_HELP)
-        return 0
-    if opts.version:
-        print(f"{PROG} (offload-builders) {__version__}")
+    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders) {__version__}"):
         return 0
     return _link(opts)
 

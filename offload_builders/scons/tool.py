@@ -299,13 +299,19 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
                 return renderer
         return None
 
+    @staticmethod
+    def _render(renderer: _Command, target, source, env, executor, for_signature: bool) -> list:
+        """The renderer's words for the nodes SCons' substitution would give it (the executor's, sources
+        through their repository copies)."""
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        return renderer(target, [SCons.Action.rfile(node) for node in source], env, for_signature)
+
     def process(self, target, source, env, executor=None, overrides=None):
         renderer = None if overrides else self._renderer(env)
         if renderer is None:
             return super().process(target, source, env, executor, overrides)
-        if executor:
-            target, source = executor.get_all_targets(), executor.get_all_sources()
-        return [list(renderer(target, [SCons.Action.rfile(node) for node in source], env, False))], False, False
+        return [list(self._render(renderer, target, source, env, executor, False))], False, False
 
     def get_targets(self, env, executor):
         # A lazy action would make an action of the renderer (and hash its code) to answer this.
@@ -332,9 +338,7 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
         renderer = self._renderer(env)
         if renderer is None:
             return super().get_presig(target, source, env, executor)
-        if executor:
-            target, source = executor.get_all_targets(), executor.get_all_sources()
-        return " ".join(map(str, renderer(target, [SCons.Action.rfile(node) for node in source], env, True)))
+        return " ".join(map(str, self._render(renderer, target, source, env, executor, True)))
 
 
 _SHELL_SPAWN = getattr(SCons.Platform.posix, "subprocess_spawn", None)
@@ -556,7 +560,7 @@ def _device_link_cmd(target, source, env, for_signature):
     # The driver's own job, probed when the program was declared; the driver command if the flags differ now.
     job = linking.known_device_link(toolchain, key, flags=flags, host_libraries=host_libraries)
     if job is not None:
-        return linking.render_device_link(job, inputs, _partial(env, target[0]))
+        return job.render(inputs=inputs, output=_partial(env, target[0]))
     return linking.device_link_command(toolchain, key, inputs, _partial(env, target[0]),
                                        flags=flags, host_libraries=host_libraries)
 
