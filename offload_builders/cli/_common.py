@@ -27,6 +27,16 @@ def llvm_version_option(value: str, *, option: str = "--llvm-version:") -> int:
     return version
 
 
+def answered_help_or_version(help: bool, version: bool, help_text: str, version_line: str) -> bool:
+    """Print ``help_text`` for ``--help`` (it wins) or ``version_line`` for ``--version``; whether either
+    was asked for, in which case the tool does nothing else."""
+    if help:
+        sys.stdout.write(help_text)
+    elif version:
+        print(version_line)
+    return help or version
+
+
 def os_message(exc: OSError) -> str:
     """``'<file>': <reason>`` for an OSError, the way Clang's tools word it."""
     reason = exc.strerror or str(exc)

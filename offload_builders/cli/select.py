@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError as _Fail
+from offload_builders.cli._common import answered_help_or_version
 from offload_builders.cli._common import llvm_version_option
 from offload_builders.cli._common import run_guarded
 
@@ -105,11 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str]) -> int:
     opts = _parse(argv)
-    if opts.help:
-        sys.stdout.write(_HELP)
-        return 0
-    if opts.version:
-        print(f"{PROG} (offload-builders {__version__})")
+    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders {__version__})"):
         return 0
     if not opts.devices:
         raise _Fail(f"no --device given; try '{PROG} --help'")
