@@ -41,6 +41,8 @@ SCONSTRUCT = textwrap.dedent("""
         env["OFFLOAD_TARGET_FLAGS"] = {target: flags.split()}
     if ARGUMENTS.get("linkflags"):
         env.Append(LINKFLAGS=ARGUMENTS["linkflags"].split())
+    if ARGUMENTS.get("greeting"):  # a define quoted for the shell, the way SCons users write them
+        env.Append(CPPDEFINES=[("GREETING", '\\\\"%%s\\\\"' %% ARGUMENTS["greeting"])])
     if ARGUMENTS.get("ccflags"):
         env.Append(CCFLAGS=ARGUMENTS["ccflags"].split())
     if ARGUMENTS.get("package_tool"):
@@ -105,6 +107,9 @@ MAIN_CPP = textwrap.dedent("""
       double sum = 0;
       for (int i = 0; i < 64; ++i) sum += x[i];
       std::printf("on_device=%d sum=%g\\n", on_device, sum);
+    #ifdef GREETING
+      std::printf("%s\\n", GREETING);
+    #endif
       return on_device && sum == FACTOR * 2016 ? 0 : 1;
     }
 """)
@@ -528,6 +533,15 @@ def test_a_wrapped_phase_command_runs_through_scons_substitution(project, tmp_pa
         log.read_text().splitlines() == ["/usr/lib/llvm-19/bin/clang"] * 2
     assert (project.root / "build" / "scale.o").read_bytes() == plain
     assert project.run_program().returncode == 0
+
+
+def test_flags_written_for_the_shell_reach_the_compiler_as_scons_means_them(project):
+    """Phase commands run without ``sh -c`` where no word needs it; a define quoted for the shell (with
+    a space and a quote in it) still reaches the compiler the way SCons' own ``$CXXCOM`` passes it."""
+    project.scons("greeting=it's a fine day")
+    run = project.run_program()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[1] == "it's a fine day"
 
 
 def test_device_links_run_the_drivers_own_job(project):

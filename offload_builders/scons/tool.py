@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -344,8 +345,17 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
 _SHELL_SPAWN = getattr(SCons.Platform.posix, "subprocess_spawn", None)
 
 
+#: What a POSIX shell acts on in a word as SCons passes it (bare, or in "..." when it holds a space).
+_SHELL_ACTIVE = re.compile(r"""[\\"'$`*?\[~#;&|<>()\n]""")
+
+
 def _spawn_argv(shell: str, escape, command: str, args: list[str], environ: dict[str, str]) -> int:
-    """``$SPAWN`` for argv that needs no shell; the exit status ``sh`` would give for a missing program."""
+    """``$SPAWN`` for argv that needs no shell; the exit status ``sh`` would give for a missing program.
+
+    Words that the shell would change still go through it, as SCons would pass them: users write flags
+    for the shell (``CPPDEFINES=[("V", '\\\\"1.0\\\\"')]`` relies on it to drop the backslashes)."""
+    if any(_SHELL_ACTIVE.search(arg) for arg in args):
+        return _SHELL_SPAWN(shell, escape, command, [SCons.Subst.quote_spaces(arg) for arg in args], environ)
     try:
         return SCons.Platform.posix.exec_subprocess(list(args), environ)
     except OSError as error:
