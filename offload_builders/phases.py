@@ -171,10 +171,10 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: 
     return remembered_jobs(key, cache, ask_driver)
 
 
-def run_driver(argv: Sequence[str], cwd: str) -> subprocess.CompletedProcess:
+def run_driver(argv: Sequence[str], cwd: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run a driver probe (``argv`` holds ``-###``); a driver that cannot start is a ToolchainError."""
     try:
-        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
+        return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, check=False, timeout=120)
     except OSError as error:
         raise ToolchainError(f"cannot run {argv[0]}: {error.strerror}") from None
 

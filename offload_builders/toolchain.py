@@ -141,7 +141,8 @@ class ProbeCache:
         # does the binary behind it.
         real = os.path.realpath(driver)
         stat = os.stat(real)
-        return json.dumps([os.path.abspath(driver), real, stat.st_size, stat.st_mtime_ns, language, flags, cwd])
+        return json.dumps([os.path.abspath(driver), real, stat.st_size, stat.st_mtime_ns, language, flags, cwd,
+                           _driver_search_stamp()])
 
     def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
         jobs = self._entries.get(key)
@@ -181,6 +182,28 @@ def probe_cache(path: str | os.PathLike[str], max_entries: int | None = None) ->
     if key not in _PROBE_CACHES:
         _PROBE_CACHES[key] = ProbeCache(key, max_entries)
     return _PROBE_CACHES[key]
+
+
+#: Where the driver finds the GCC installation (crt files, libstdc++) and the CUDA toolkit that its jobs
+#: name. Installing or removing a version there changes these directories, so the probes are asked again.
+_DRIVER_SEARCHED = ("/usr/lib/gcc", "/usr/lib64/gcc", "/usr/include/c++", DEFAULT_CUDA_PATH)
+
+
+@functools.cache
+def _driver_search_stamp() -> list[list]:
+    stamp: list[list] = []
+    for top in _DRIVER_SEARCHED:
+        directories = [top]
+        try:
+            directories += sorted(entry.path for entry in os.scandir(top) if entry.is_dir())  # the triples
+        except OSError:
+            pass
+        for directory in directories:
+            try:
+                stamp.append([directory, os.path.realpath(directory), os.stat(directory).st_mtime_ns])
+            except OSError:
+                stamp.append([directory])
+    return stamp
 
 
 def user_cache(name: str, max_entries: int | None = None) -> ProbeCache | None:

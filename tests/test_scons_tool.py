@@ -43,6 +43,11 @@ SCONSTRUCT = textwrap.dedent("""
         env.Append(LINKFLAGS=ARGUMENTS["linkflags"].split())
     if ARGUMENTS.get("greeting"):  # a define quoted for the shell, the way SCons users write them
         env.Append(CPPDEFINES=[("GREETING", '\\\\"%%s\\\\"' %% ARGUMENTS["greeting"])])
+    if ARGUMENTS.get("cxx"):
+        env["OFFLOAD_CXX"] = ARGUMENTS["cxx"]
+    if ARGUMENTS.get("link_via_driver"):  # the same line, but not our default value: SCons runs it as it is
+        env["OFFLOAD_DRIVER_LINKCOM"] = env["OFFLOAD_LINKCOM"]
+        env["OFFLOAD_LINKCOM"] = "$OFFLOAD_DRIVER_LINKCOM"
     if ARGUMENTS.get("ccflags"):
         env.Append(CCFLAGS=ARGUMENTS["ccflags"].split())
     if ARGUMENTS.get("package_tool"):
@@ -371,6 +376,37 @@ def test_link_runs_no_clang_linker_wrapper(project):
     assert "ld.lld" in link_output
     assert "clang-linker-wrapper" not in build.output
     assert project.run_program().returncode == 0
+
+
+def test_the_host_link_runs_the_drivers_linker_job(project, tmp_path):
+    """Our default ``$OFFLOAD_LINKCOM`` runs the driver's own ``ld.lld`` job, asked once with ``-###`` and
+    kept in the probe cache, and links the same program the driver does."""
+    log = tmp_path / "driver.log"
+    driver = tmp_path / "clang++"
+    driver.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec /usr/lib/llvm-19/bin/clang++ "$@"\n')
+    driver.chmod(0o755)
+    program = project.root / "build" / "prog"
+
+    def driver_runs() -> list[str]:
+        runs = log.read_text().splitlines() if log.exists() else []
+        log.unlink(missing_ok=True)
+        return runs
+
+    project.scons(f"cxx={driver}")
+    probes = driver_runs()
+    assert len(probes) == 1 and probes[0].endswith(" -###"), probes
+    direct = program.read_bytes()
+    assert project.run_program().returncode == 0
+    program.unlink()
+    assert project.scons(f"cxx={driver}").count("LINK") == 1
+    assert driver_runs() == []  # the remembered job ran, no driver
+    assert program.read_bytes() == direct
+    program.unlink()
+    assert project.scons(f"cxx={driver}", "link_via_driver=1").count("LINK") == 1
+    runs = driver_runs()
+    assert len(runs) == 1 and "-###" not in runs[0], runs
+    assert program.read_bytes() == direct  # byte for byte what the driver links
+    assert project.scons(f"cxx={driver}").commands == []  # the same command line to SCons: nothing to do
 
 
 def test_changing_one_source_relinks_every_target_and_compiles_nothing_else(project):

@@ -104,3 +104,20 @@ def test_a_damaged_cache_file_is_a_miss(tmp_path):
     assert cache.get("good") == (("a", "b"),)
     (tmp_path / "d.json").write_text("{not json")
     assert ProbeCache(tmp_path / "d.json").get("good") is None
+
+
+def test_probe_keys_change_when_a_gcc_version_is_installed(tmp_path, monkeypatch):
+    """Cached driver jobs name GCC's crt files and headers: a GCC installed or removed is probed again."""
+    from offload_builders import toolchain
+
+    gcc = tmp_path / "gcc"
+    (gcc / "x86_64-linux-gnu" / "12").mkdir(parents=True)
+    monkeypatch.setattr(toolchain, "_DRIVER_SEARCHED", (str(gcc),))
+    toolchain._driver_search_stamp.cache_clear()
+    before = toolchain.ProbeCache.key("/usr/lib/llvm-19/bin/clang++", "host-link", ("a.o",), "/")
+    assert toolchain.ProbeCache.key("/usr/lib/llvm-19/bin/clang++", "host-link", ("a.o",), "/") == before
+    (gcc / "x86_64-linux-gnu" / "13").mkdir()
+    toolchain._driver_search_stamp.cache_clear()
+    after = toolchain.ProbeCache.key("/usr/lib/llvm-19/bin/clang++", "host-link", ("a.o",), "/")
+    toolchain._driver_search_stamp.cache_clear()
+    assert after != before
