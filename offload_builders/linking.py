@@ -21,6 +21,7 @@ sees unchanged input and is not re-run when another target is added.
 """
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import tempfile
@@ -137,17 +138,22 @@ def _key(binary: OffloadBinary) -> GroupKey:
 def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
     """Find the offload binaries of the link inputs. Missing files are the host linker's business."""
     scanned = ScannedInputs()
+    archives_seen: set[tuple[str, bool]] = set()
     for item in inputs:
         link_input = item if isinstance(item, LinkInput) else LinkInput(os.fspath(item))
         path = link_input.path
         if not os.path.isfile(path):
             continue
+        if (seen := (os.path.realpath(path), link_input.whole_archive)) in archives_seen:
+            continue  # an archive named again (the driver's "-lgcc ... -lgcc"): its members are in already
         with open(path, "rb") as f:
             kind = identify(f.read(64))
         if kind is ContainerKind.ELF_SHARED_OBJECT or not _may_hold_offload_code(path):
             continue
         found = extract_offload_binaries(path, include_shared_objects=False)
         archive = kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE)
+        if archive:
+            archives_seen.add(seen)
         if archive and not link_input.whole_archive:
             scanned.archive_members.extend(found)
         elif archive:
@@ -160,6 +166,11 @@ def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
 _OFFLOAD_MARKERS = (b".llvm.offloading", b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
 
 
+#: Files at least this large that hold no offload code are remembered per user (by path, size and
+#: modification time): the search costs about 5 ms for libgcc.a (3 MB), in every link.
+_REMEMBERED_SIZE = 1 << 20
+
+
 def _may_hold_offload_code(path: str) -> bool:
     """A quick byte search that rules out most host libraries (libgcc.a has hundreds of members).
 
@@ -167,10 +178,22 @@ def _may_hold_offload_code(path: str) -> bool:
     encode the name in ways a byte search cannot see, so any file holding bitcode is scanned in full.
     """
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+        status = os.fstat(f.fileno())
+        if status.st_size == 0:
             return False
+        key, cache = "", None
+        if status.st_size >= _REMEMBERED_SIZE:
+            from offload_builders.toolchain import user_cache
+
+            cache = user_cache("host-libraries.json", max_entries=256)
+            key = json.dumps(["no-offload-code-v1", os.path.realpath(path), status.st_size, status.st_mtime_ns])
+            if cache is not None and cache.get(key) == ():
+                return False
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:  # large libraries stay out of memory
-            return any(data.find(marker) >= 0 for marker in _OFFLOAD_MARKERS)
+            found = any(data.find(marker) >= 0 for marker in _OFFLOAD_MARKERS)
+        if not found and cache is not None:
+            cache.put(key, ())
+        return found
 
 
 def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:

@@ -242,6 +242,34 @@ def test_device_bitcode_symbols_are_remembered_across_links(objects, tmp_path):
     assert uncached == first
 
 
+def test_large_host_libraries_without_offload_code_are_searched_once(objects, tmp_path, monkeypatch):
+    """libgcc.a (3 MB, named twice by the driver) is searched for offload code once per user, not twice
+    per link; a changed file is searched again, and files with offload code are never remembered."""
+    monkeypatch.setenv("OFFLOAD_BUILDERS_CACHE_DIR", str(tmp_path / "cache"))
+    library = tmp_path / "libbig.a"
+    library.write_bytes(Path("/usr/lib/gcc/x86_64-linux-gnu/12/libgcc.a").read_bytes())
+    searched: list[str] = []
+    search = linking.mmap.mmap
+
+    def counting_mmap(fileno, length, **kwargs):
+        searched.append(os.readlink(f"/proc/self/fd/{fileno}"))
+        return search(fileno, length, **kwargs)
+
+    monkeypatch.setattr(linking.mmap, "mmap", counting_mmap)
+    inputs = [str(objects / "gpu" / "main.o"), str(library), str(library), str(objects / "gpu" / "libkern.a")]
+    first = linking.scan_link_inputs(inputs)
+    assert searched.count(str(library)) == 1  # the second naming adds nothing: its members are in already
+    searched.clear()
+    second = linking.scan_link_inputs(inputs)
+    assert str(library) not in searched and str(objects / "gpu" / "main.o") in searched
+    assert [f.describe() for f in second.archive_members] == [f.describe() for f in first.archive_members]
+    assert len(first.archive_members) > 0 and [o.path for o in second.objects] == [str(objects / "gpu" / "main.o")]
+    os.utime(library, ns=(library.stat().st_atime_ns, library.stat().st_mtime_ns + 10**9))
+    searched.clear()
+    linking.scan_link_inputs(inputs)
+    assert searched.count(str(library)) == 1
+
+
 @pytest.mark.parametrize("flag", ["-O2", "-O3", "-Os", "-O0", "-Ofast"])
 def test_nvptx_device_link_assembles_at_the_drivers_level(tmp_path, llvm19, flag):
     """clang-linker-wrapper hands the LTO result to the driver, whose ptxas level follows ``-O``;

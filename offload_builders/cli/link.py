@@ -259,7 +259,7 @@ def _link(opts: _Options) -> int:
             flags = [f"-{opts.opt_level}", *extra]
             # The driver's own job (ld.lld, clang-nvlink-wrapper), remembered per user: no driver start.
             job = linking.probe_device_link(toolchain, key, flags=flags, host_libraries=host_libraries,
-                                            cache=user_cache("driver-probes.json", max_entries=256))
+                                            cache=user_cache("link-probes.json", max_entries=64))
             command = (job.render(inputs=paths, output=base + ".img") if job is not None else
                        linking.device_link_command(toolchain, key, paths, base + ".img", flags=flags,
                                                    host_libraries=host_libraries))
