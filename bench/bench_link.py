@@ -7,7 +7,10 @@ times the link only, two pairs side by side:
 * through SCons at ``-j1`` and ``-j2``: the tool's link nodes (extract and device link per target, wrap,
   host link), against an SCons ``Program`` whose link command is the Clang driver's, i.e.
   ``clang-linker-wrapper``, which links the device images one after the other (LLVM 19 has no driver
-  option to make it parallel). Both start SCons, read the same objects and re-run only the link;
+  option to make it parallel). Both start SCons, read the same project (the driver's ``Program`` is
+  added to it) and re-run only the link. A third pair (``-j1``) gives the driver side an SConstruct
+  that declares only its link, so it skips checking the project's compile nodes that ours checks. A
+  driver-against-itself pair shows how far apart two equal links measure (the noise);
 * on the command line: ``clang++ -fopenmp <targets> *.o -o prog -fuse-ld=lld`` with ``-B`` pointing at a
   ``clang-linker-wrapper`` that runs ``offload-link --wrapper-jobs=N``, against the same command with
   Clang's own wrapper.
@@ -45,6 +48,13 @@ env = Environment(tools=["default"], LINK="%(clangxx)s", LINKFLAGS=%(flags)r)
 env.Program("driver.out", [File(p) for p in %(objects)r])
 """
 
+#: The project itself (read, its compile graph checked, as in our link's run) plus that driver link: the
+#: two runs then differ only in the link. Without the project, the driver side skips SCons' work for the
+#: compile nodes (30 to 80 ms) that ours pays.
+PROJECT_DRIVER_SCONSTRUCT = """
+SConscript("SConstruct")
+""" + DRIVER_SCONSTRUCT
+
 
 def driver_target_flags(archs: list[str]) -> list[str]:
     """A link line that makes the driver run the wrapper for every device code present in the objects."""
@@ -81,19 +91,27 @@ def measure(title: str, root: Path, build: Path, program: str, scons_args: list[
     def clang() -> float:
         return timed(link, root)
 
-    driver_sconstruct = root / "SConstruct.driver"
-    driver_sconstruct.write_text(DRIVER_SCONSTRUCT % {"clangxx": CLANGXX, "objects": objects,
-                                                      "flags": [*driver_target_flags(archs), "-O2", "-fuse-ld=lld"]})
+    values = {"clangxx": CLANGXX, "objects": objects, "flags": [*driver_target_flags(archs), "-O2", "-fuse-ld=lld"]}
+    link_only = root / "SConstruct.driver"
+    link_only.write_text(DRIVER_SCONSTRUCT % values)
+    in_project = root / "SConstruct.project-driver"
+    in_project.write_text(PROJECT_DRIVER_SCONSTRUCT % values)
     rows = []
-    for jobs in (1, 2):
+    for jobs, driver_sconstruct, how in ((1, in_project, "in the project"), (2, in_project, "in the project"),
+                                         (1, link_only, "vs a link-only SConstruct")):
         def scons_link(jobs=jobs) -> float:
             remove_link_outputs(root / program)
             return timed([SCONS, "-Q", f"-j{jobs}", *scons_args, program], root)
 
-        def scons_driver(jobs=jobs) -> float:
+        def scons_driver(jobs=jobs, driver_sconstruct=driver_sconstruct) -> float:
             (root / "driver.out").unlink(missing_ok=True)
-            return timed([SCONS, "-Q", f"-j{jobs}", "-f", str(driver_sconstruct), "driver.out"], root)
-        rows.append((f"{title}: scons -j{jobs}, our link nodes vs driver link", *paired(scons_link, scons_driver, repeat)))
+            return timed([SCONS, "-Q", f"-j{jobs}", "-f", str(driver_sconstruct), *scons_args, "driver.out"], root)
+        rows.append((f"{title}: scons -j{jobs} {how}, our link nodes vs driver link",
+                     *paired(scons_link, scons_driver, repeat)))
+        if jobs == 1 and driver_sconstruct == in_project:
+            # The same command on both sides: how far apart two equal links measure on this machine.
+            rows.append((f"{title}: scons -j1 in the project, driver link vs itself (noise)",
+                         *paired(scons_driver, scons_driver, repeat)))
     for jobs in (1, 2):
         env = dict(os.environ, OFFLOAD_LINK_JOBS=str(jobs))
         ours = [link[0], f"-B{shim}", *link[1:-1], str(root / "ours.out")]
