@@ -63,3 +63,8 @@ def test_all_gpu_program_links(sample):
     assert "no GPU here" in output
     assert _offload_arches(sample / "build" / "zaxpy") == [
         ("amdgcn-amd-amdhsa", "gfx90a:xnack+"), ("amdgcn-amd-amdhsa", "gfx942"), ("nvptx64-nvidia-cuda", "sm_80")]
+    # The target ID's feature reaches the code object (EF_AMDGPU_FEATURE_XNACK_V4: 0x300 on, 0x100 any),
+    # as in the image clang-linker-wrapper links: it comes from the bitcode's target features.
+    xnack = {name: int.from_bytes((sample / "build" / name).read_bytes()[48:52], "little") & 0x300
+             for name in ("zaxpy.gfx90a_xnack+.img", "zaxpy.gfx942.img")}
+    assert xnack == {"zaxpy.gfx90a_xnack+.img": 0x300, "zaxpy.gfx942.img": 0x100}
