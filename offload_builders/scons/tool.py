@@ -375,8 +375,8 @@ class _HostLinkAction(SCons.Action.LazyAction):
         super().__init__("OFFLOAD_LINKCOM", {"cmdstr": "$OFFLOAD_LINKCOMSTR"})
 
     def execute(self, target, source, env, executor=None):
-        cache = _model(env).cache
-        if env.get("SPAWN") is _SHELL_SPAWN and env.get(self.var) == _DEFAULTS["OFFLOAD_LINKCOM"] and cache is not None:
+        if (env.get("SPAWN") is _SHELL_SPAWN and env.get(self.var) == _DEFAULTS["OFFLOAD_LINKCOM"]
+                and (cache := _model(env).cache) is not None):
             if executor:
                 target, source = executor.get_all_targets(), executor.get_all_sources()
             lines = self.process(target, [SCons.Action.rfile(node) for node in source], env, executor)[0]
