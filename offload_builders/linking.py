@@ -362,6 +362,62 @@ def check_entries(scanned: ScannedInputs, target: GroupKey, label: str) -> list[
             for obj in objects_without_code(scanned, target)]
 
 
+#: Clang 19 names the host's record of each registered kernel or global ``.offloading.entry.<name>``.
+_ENTRY_SYMBOL_PREFIX = b".offloading.entry."
+_ET_REL = 1
+
+
+def registered_entries(path: str) -> list[str]:
+    """The names of the OpenMP offload entries (kernels, globals) that the ELF relocatable object ``path``
+    registers, in order; [] for anything else (an archive, bitcode, a shared object)."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            return []
+        reader, size = file_reader(f.fileno()), os.fstat(f.fileno()).st_size
+        table = read_sections(reader, size, path=path)
+        entry_sections = {section.index for section in table.sections if section.name in ENTRY_SECTIONS}
+        if table.e_type != _ET_REL or not entry_sections:
+            return []
+        return [symbol.name[len(_ENTRY_SYMBOL_PREFIX):].decode("utf-8", "surrogateescape")
+                for symbol in read_symbols(reader, size, table, path=path)
+                if symbol.st_shndx in entry_sections and symbol.name.startswith(_ENTRY_SYMBOL_PREFIX)]
+
+
+def defined_symbols(image: str) -> frozenset[str] | None:
+    """The global names a linked device image (ELF) defines; None where it has no symbol table to tell."""
+    with open(image, "rb") as f:
+        reader, size = file_reader(f.fileno()), os.fstat(f.fileno()).st_size
+        table = read_sections(reader, size, path=image)
+        symbols = read_symbols(reader, size, table, path=image)
+    if not symbols:
+        return None
+    return frozenset(symbol.name.decode("utf-8", "surrogateescape") for symbol in symbols
+                     if not symbol.undefined and symbol.binding != STB_LOCAL)  # the runtime finds global ones
+
+
+def missing_entries(objects: Sequence[str], images: Sequence[tuple[str, str]]) -> list[str]:
+    """One message per (object, target) whose registered entries the target's linked image lacks.
+
+    ``images`` holds (target label, image path); an empty image (no device code) is left to
+    :func:`check_entries`. Clang links such a program, and it fails at run time (``Failed to load kernel``):
+    the object and the device code come from compiles that saw different files (see
+    :mod:`offload_builders.source_identity`) or different sources.
+    """
+    entries = {path: names for path in objects if (names := registered_entries(path))}
+    problems = []
+    for label, image in images:
+        if not entries or os.path.getsize(image) == 0 or (defined := defined_symbols(image)) is None:
+            continue
+        for path, names in entries.items():
+            absent = [name for name in names if name not in defined]
+            if absent:
+                more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
+                problems.append(f"{path}: registers the offload entry {absent[0]}{more}, which the {label} device "
+                                f"image {image} does not define: the object and that device code were compiled "
+                                f"from different files (was a source replaced while the build ran?); build again")
+    return problems
+
+
 # --------------------------------------------------------------------------------------------------
 # Device input files: the selected offload binaries, concatenated.
 
@@ -490,15 +546,18 @@ __all__ = [
     "ScannedInputs",
     "belongs_to",
     "check_entries",
+    "defined_symbols",
     "device_link_command",
     "device_runtime",
     "device_symbols",
     "group_device_files",
     "group_key",
     "host_link_job",
+    "missing_entries",
     "objects_without_code",
     "host_runtime_arguments",
     "read_device_inputs",
+    "registered_entries",
     "scan_link_inputs",
     "select_device_files",
     "targets_compatible",

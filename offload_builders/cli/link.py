@@ -280,6 +280,10 @@ def _link(opts: _Options) -> int:
                     _run(command, opts.verbose)
         wrapper = os.path.join(temp_root, f"{stem}.openmp.image.wrapper.o")
         if not opts.dry_run:
+            objects = [item.path for item in inputs if os.path.isfile(item.path)]
+            problems = linking.missing_entries(objects, [(key[1] or key[0], image) for key, image, _ in jobs])
+            if problems:
+                raise linking.LinkError("; ".join(problems))
             data = linking.wrap_openmp_images([(key, image) for key, image, _ in jobs], toolchain.major)
             with open(wrapper, "wb") as f:
                 f.write(data)

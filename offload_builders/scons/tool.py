@@ -44,6 +44,7 @@ import SCons.Warnings
 from offload_builders import linking
 from offload_builders.errors import OffloadError
 from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of
+from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain, probe_cache
 
@@ -405,7 +406,37 @@ def _phase_action(phase: str) -> SCons.Action.ListAction:
     return SCons.Action.ListAction([_REMOVE_STALE, _PhaseCommandAction(phase), _COMMIT])
 
 
-_HOST_BUILDER = SCons.Builder.Builder(action=_phase_action("HOST"), source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
+class _SourceIdentityAction(SCons.Action.ActionBase):
+    """Puts the identity (device, inode) of the source and of every header it includes into the host front
+    end's build signature; runs nothing. OpenMP target regions are named after it, so a file re-created with
+    the same bytes must run the host front end, and through its new bitcode every device compile, again
+    (see :mod:`offload_builders.source_identity`). SCons computes the signature once the source and its
+    headers are built and scanned, just before it decides whether the node runs."""
+
+    def __call__(self, target, source, env, *args, **kwargs) -> int:
+        return 0
+
+    def __str__(self) -> str:
+        return "source identity"
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        paths = [str(SCons.Action.rfile(node)) for node in source]
+        for node in target[0].implicit or ():
+            if isinstance(node, SCons.Node.FS.File):
+                paths.append(str(SCons.Action.rfile(node)))
+        return identity_signature(paths).encode()
+
+    def get_implicit_deps(self, target, source, env, executor=None) -> list:
+        return []
+
+    def get_varlist(self, target, source, env, executor=None) -> tuple:
+        return ()
+
+
+_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(), _phase_action("HOST")]),
+                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
 _DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True)
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
@@ -722,6 +753,20 @@ def _check_deployment(target, source, env) -> int:
     return 0
 
 
+def _check_registered_entries(target, source, env) -> int:
+    """Before the host link: every offload entry the program's objects register must be defined by every
+    target's linked image (Clang links a program that fails at run time otherwise)."""
+    images = getattr(target[0].attributes, "offload_images", ())
+    objects = [str(SCons.Action.rfile(node)) for node in source]
+    try:
+        problems = linking.missing_entries(objects, [(label, str(node)) for label, node in images])
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    if problems:
+        raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
+    return 0
+
+
 def _check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
     toolchain = _toolchain(env)
     try:
@@ -761,6 +806,7 @@ def _program_emitter(target, source, env):
                                      OFFLOAD_TARGET=str(tid))
         _probe_device_link(image[0], tid)
         images.extend(image)
+    program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
     wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
                             _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
     program.attributes.offload_wrapper = wrapper[0]
@@ -819,6 +865,7 @@ def generate(env, **kwargs: Any) -> None:
     )
     env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
         action=SCons.Action.ListAction([
+            SCons.Action.Action(_check_registered_entries, None),
             _REMOVE_STALE,
             _HostLinkAction(),
             SCons.Action.Action(_check_deployment, None, varlist=["OFFLOAD_DEPLOY_DEVICES"]),

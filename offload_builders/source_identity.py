@@ -1,0 +1,41 @@
+"""Which file a compile read, as Clang's OpenMP target-region names see it.
+
+Clang 19 names every OpenMP target region ``__omp_offloading_<st_dev>_<st_ino>_<function>_l<line>``: the
+device and inode numbers of the file that holds it (the source, or a header). The host front end writes
+those names into the host bitcode, and each device compile recomputes them from the file *it* reads and
+keeps only the regions the host bitcode names. So a device compile of a file with another inode than the
+host front end saw, however identical its bytes, emits no kernels and exits 0, and the program fails at
+run time (``Failed to load kernel``). Clang 19 has no flag that names regions otherwise (newer LLVM falls
+back to a hash of the file name only where no inode can be had), so the inode cannot be kept out.
+
+The rule the build follows: **the identity of every file a host front end read is part of its signature.**
+A file re-created with the same bytes (a branch switch, ``git stash pop``, rsync, an editor's safe-save)
+runs the host front end again; its new bitcode names the new inode, so every device compile that reads it
+runs again too. A host bitcode from a cache is reused only with the identity it was made with. The
+link-time entry check (:func:`offload_builders.linking.missing_entries`) catches whatever slips past (a
+file replaced while the build runs).
+
+HIP is not affected: its kernel names come from ``-cuid``, not from the file.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+
+def file_identity(path: str) -> str:
+    """``path`` with the device and inode numbers Clang would put into target-region names
+    (``missing`` for a file that does not exist: the compile will say so)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return f"{path} missing"
+    return f"{path} dev={status.st_dev:x} ino={status.st_ino:x}"
+
+
+def identity_signature(paths: Iterable[str]) -> str:
+    """One line per file, in the order given: what the host front end's build signature adds."""
+    return "\n".join(file_identity(path) for path in paths)
+
+
+__all__ = ["file_identity", "identity_signature"]
