@@ -435,7 +435,7 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
         return ()
 
 
-_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(), _phase_action("HOST")]),
+_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(), *_phase_action("HOST").list]),
                                       source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
 _DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True)
