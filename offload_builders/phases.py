@@ -254,6 +254,76 @@ def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = 
     return CommandTemplate(tuple(argv))
 
 
+#: The ``-cc1`` flags that name the directory the compile runs in (for us: the top directory).
+COMPILATION_DIR_FLAGS: tuple[str, ...] = ("-fdebug-compilation-dir=", "-fcoverage-compilation-dir=")
+
+#: The ``-cc1`` prefix maps (``-ffile-prefix-map=OLD=NEW`` becomes all three): paths under OLD are recorded as NEW.
+PREFIX_MAP_FLAGS: tuple[str, ...] = ("-fdebug-prefix-map=", "-fmacro-prefix-map=", "-fcoverage-prefix-map=")
+
+#: The ``-cc1`` flags through which the working directory (or paths made absolute from it) reaches the output,
+#: each with the flags that say which directory it records and how prefix maps rewrite it, or None where
+#: nothing keeps it out (gcov's absolute file names, the recorded command line, split DWARF).
+_RECORDS_DIRECTORY: Mapping[str, tuple[str, str] | None] = {
+    "-debug-info-kind=": ("-fdebug-compilation-dir=", "-fdebug-prefix-map="),
+    "-fcoverage-mapping": ("-fcoverage-compilation-dir=", "-fcoverage-prefix-map="),
+    "-coverage-notes-file": None,
+    "-coverage-data-file": None,
+    "-split-dwarf-file": None,
+    "-split-dwarf-output": None,
+    "-dwarf-debug-flags": None,
+    "-record-command-line": None,
+}
+
+#: What a portable signature writes for the top directory (SCons' own name for it).
+SIGNATURE_TOP = "#"
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _records_top(argv: Sequence[str], directory_flag: str, map_flag: str, tops: Sequence[str]) -> bool:
+    """Whether the output records the top directory's own path: the compilation directory (``directory_flag``,
+    the last one wins; the driver always passes one) is in it, and no ``map_flag`` prefix map rewrites the top
+    directory itself to one NEW wherever it is (one maps exactly it, none a directory above it)."""
+    directories = [arg[len(directory_flag):] for arg in argv if arg.startswith(directory_flag)]
+    if directories and not any(_under(directories[-1], top) for top in tops):
+        return False  # -ffile-compilation-dir=. and the like
+    olds = [arg[len(map_flag):].split("=", 1)[0].rstrip("/") or "/" for arg in argv if arg.startswith(map_flag)]
+    exact = any(old in tops for old in olds)
+    above = any(_under(top, old) and old not in tops for old in olds for top in tops)
+    return not exact or above
+
+
+def portable_signature(argv: Sequence[str], top: str) -> list[str]:
+    """``argv`` as the build signature of a command run in ``top``, without ``top`` where the output cannot
+    depend on it, so another checkout of the project (or this one moved) has the same signature: its nodes
+    stay up to date and a shared ``CacheDir`` gives back what this one built.
+
+    The driver names its working directory in every ``-cc1`` job (``-fdebug-compilation-dir=<top>``), but
+    it reaches the output only through the flags of :data:`_RECORDS_DIRECTORY` (debug info above all). So
+    when the job has none of them, or each records another directory (the user's ``-ffile-compilation-dir=.``)
+    or a prefix map of ``top`` itself (``-ffile-prefix-map=<top>=.``), the words that name ``top`` in
+    compilation-directory and prefix-map flags are written with :data:`SIGNATURE_TOP`. Otherwise ``argv``
+    stays as it is: the output records this checkout, and another checkout must not reuse it.
+    """
+    tops = tuple(dict.fromkeys(path.rstrip("/") for path in (top, os.path.realpath(top))))
+    for recorder, flags in _RECORDS_DIRECTORY.items():
+        if any(arg.startswith(recorder) for arg in argv) and (flags is None or _records_top(argv, *flags, tops)):
+            return list(argv)
+
+    def portable(arg: str) -> str:
+        for flag in (*COMPILATION_DIR_FLAGS, *PREFIX_MAP_FLAGS):
+            if arg.startswith(flag):
+                value = arg[len(flag):]
+                for path in tops:
+                    if _under(value.split("=", 1)[0] if flag in PREFIX_MAP_FLAGS else value, path):
+                        return flag + SIGNATURE_TOP + value[len(path):]
+        return arg
+
+    return [portable(arg) for arg in argv]
+
+
 def _image_spec(packager_job: Sequence[str]) -> tuple[str, ...]:
     images = [arg for arg in packager_job if arg.startswith("--image=")]
     if len(images) != 1:

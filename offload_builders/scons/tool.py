@@ -43,7 +43,14 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
-from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of
+from offload_builders.phases import (
+    LANGUAGE_BY_SUFFIX,
+    DeviceSteps,
+    HostSteps,
+    PhaseModel,
+    language_of,
+    portable_signature,
+)
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain, probe_cache
@@ -166,7 +173,9 @@ class _Command:
     """A phase command in SCons' callable-variable convention (``$_OFFLOAD_<PHASE>_CC1`` and friends).
 
     Renders once per node and mode: SCons asks four or five times (signature, implicit dependencies,
-    display, execution), and a node's environment and sources are fixed. Our errors become
+    display, execution), and a node's environment and sources are fixed. The signature's words name the
+    checkout only where the output can record it (:func:`~offload_builders.phases.portable_signature`),
+    so another checkout shares this one's ``CacheDir`` entries. Our errors become
     ``UserError``. An object rather than a closure: to describe a node, SCons makes a function action
     of the variable's value and hashes its code, which for an object is this small ``__call__``.
     """
@@ -181,7 +190,10 @@ class _Command:
         if memo is not None and key in memo:
             return memo[key]
         try:
-            rendered = _literal(self._render(target, source, env, for_signature))
+            argv = self._render(target, source, env, for_signature)
+            if for_signature:  # no checkout's location where the output cannot record it (see portable_signature)
+                argv = portable_signature(argv, env.Dir("#").abspath)
+            rendered = _literal(argv)
         except OffloadError as error:
             raise _user_error(error) from None
         if target:
