@@ -286,3 +286,50 @@ def test_a_save_that_fails_leaves_no_temporary_file(tmp_path):
     cache.put("k", (("v",),))
     cache.save()  # the build goes on without the cache
     assert os.listdir(tmp_path) == ["c.json"] and os.listdir(tmp_path / "c.json") == []
+
+
+_SCONSTRUCT = """
+import offload_builders.scons
+env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()], OFFLOAD_ARCHS="x86_64")
+env.OffloadProgram("prog", ["main.c"])
+"""
+
+_MAIN_C = """
+#include <stdio.h>
+#include <omp.h>
+int main(void) {
+  int on_device = 0;
+  #pragma omp target map(from : on_device)
+  on_device = !omp_is_initial_device();
+  printf("on_device=%d\\n", on_device);
+  return !on_device;
+}
+"""
+
+
+@pytest.mark.slow
+def test_two_builds_at_once_share_the_per_user_caches(tmp_path):
+    """Two projects building at the same time with one $OFFLOAD_BUILDERS_CACHE_DIR: both build, the files
+    stay valid JSON holding both projects' driver probes, and no temporary file is left behind."""
+    cache = tmp_path / "cache"
+    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(cache))
+    projects = [tmp_path / name for name in ("one", "two")]
+    for index, project in enumerate(projects):
+        project.mkdir()
+        (project / "SConstruct").write_text(_SCONSTRUCT)
+        (project / "main.c").write_text(_MAIN_C.replace("on_device=", f"project{index} on_device="))
+    scons = str(Path(sys.executable).with_name("scons"))
+    builds = [subprocess.Popen([scons, "-Q"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True) for project in projects]
+    outputs = [build.communicate()[0] for build in builds]
+    assert [build.returncode for build in builds] == [0, 0], outputs
+    for index, project in enumerate(projects):
+        run = subprocess.run([str(project / "prog")], capture_output=True, text=True,
+                             env=dict(os.environ, OMP_TARGET_OFFLOAD="MANDATORY"))
+        assert (run.returncode, run.stdout) == (0, f"project{index} on_device=1\n"), run.stderr
+    names = sorted(os.listdir(cache))
+    assert names and all(name.endswith(".json") and not name.startswith(".") for name in names), names
+    contents = {name: json.loads((cache / name).read_text()) for name in names}
+    assert {"toolchains.json", "driver-probes.json"} <= set(contents)
+    probes = contents["driver-probes.json"]
+    assert all(any(str(project) in key for key in probes) for project in projects), list(probes)
