@@ -17,8 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 

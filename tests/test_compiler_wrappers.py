@@ -68,12 +68,12 @@ def test_a_wrapper_in_another_directory_builds_and_runs(tmp_path, names):
     (project / "SConstruct").write_text(SCONSTRUCT)
     (project / "main.cpp").write_text(MAIN_CPP)
     environ = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "OFFLOAD_CLANG")}
-    done = subprocess.run([SCONS, "-Q", "archs=x86_64,gfx90a", f"clang={clang}"], cwd=project,
+    done = subprocess.run([SCONS, "-Q", "archs=x86_64,gfx90a", f"clang={clang}"], cwd=project, check=False,
                           capture_output=True, text=True, env=environ)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (project / "prog.gfx90a.img").is_file()  # AMDGPU: compiled and device-linked with the driver's ld.lld
 
-    run = subprocess.run([str(project / "prog")], capture_output=True, text=True,
+    run = subprocess.run([str(project / "prog")], capture_output=True, text=True, check=False,
                          env=dict(environ, OMP_TARGET_OFFLOAD="MANDATORY"))  # libomptarget found by the rpath
     assert (run.returncode, run.stdout) == (0, "on_device=1 from_wrapper=42\n"), run.stderr
 
@@ -89,3 +89,23 @@ def test_a_wrapper_in_another_directory_builds_and_runs(tmp_path, names):
     assert any(call[0] == c_name and "--target=amdgcn-amd-amdhsa" in call for call in calls), calls
     assert any(call[:1 + len(cxx_mode)] == [cxx, *cxx_mode] and "-###" in call and "-c" not in call
                and "prog.partial" in call for call in calls), calls
+
+
+def test_offload_link_with_a_wrapper_links_against_the_drivers_runtime(tmp_path):
+    """``offload-link`` finds its toolchain the same way: the device link is the driver's ld.lld job with the
+    driver's library directory (it was ``-L<wrapper's directory>/../lib`` and the system ``ld``)."""
+    (tmp_path / "main.c").write_text("int main(void) {\n  int x = 0;\n#pragma omp target map(from : x)\n"
+                                     "  x = 1;\n  return !x;\n}\n")
+    subprocess.run(["/usr/lib/llvm-19/bin/clang", "-fopenmp", "-fopenmp-targets=x86_64-unknown-linux-gnu",
+                    "-c", "main.c", "-o", "main.o"], cwd=tmp_path, check=True)
+    (tmp_path / "wrappers").mkdir()
+    clang = _wrapper(tmp_path / "wrappers" / "clang", tmp_path / "wrapper.log", "/usr/lib/llvm-19/bin/clang")
+    done = subprocess.run([str(Path(sys.executable).with_name("offload-link")), "--dry-run",
+                           "--linker-path=/usr/lib/llvm-19/bin/ld.lld", "--", "-o", "prog", "main.o"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env=dict(os.environ, OFFLOAD_CLANG=str(clang)))
+    assert done.returncode == 0, done.stderr
+    device_link = done.stderr.splitlines()[0].split()
+    assert device_link[0] == "/usr/lib/llvm-19/bin/ld.lld" and "-shared" in device_link, device_link
+    assert "-L/usr/lib/llvm-19/lib" in device_link and f"-L{tmp_path}/lib" not in device_link, device_link
+    assert "--target=x86_64-unknown-linux-gnu" in (tmp_path / "wrapper.log").read_text()  # asked of the wrapper
