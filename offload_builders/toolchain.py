@@ -7,14 +7,17 @@ what is missing and the Debian package that provides it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,27 +61,39 @@ def install_hint(tool: str) -> str:
 
 @dataclass(frozen=True)
 class Toolchain:
-    """The resolved paths and facts of one Clang installation."""
+    """The resolved paths and facts of one Clang installation.
+
+    ``clang`` and ``clangxx`` are what runs (a wrapper script, ccache's or Spack's, stays in front);
+    ``bin_dir`` and ``lib_dir`` are where the driver itself finds its tools and the OpenMP runtime: its
+    ``InstalledDir`` and the ``lib`` beside it, which need not be next to a wrapper.
+    """
 
     clang: Path
     clangxx: Path
     version: tuple[int, int, int]
     resource_dir: Path
-    bin_dir: Path
-    lib_dir: Path
+    bin_dir: Path                   # the driver's InstalledDir: clang-offload-packager, ld.lld, ... live here
+    lib_dir: Path                   # InstalledDir/../lib, where the driver finds libomptarget (its -L)
     cuda_path: Path | None
     search_path: str = ""           # the PATH the CUDA tools are looked up in, after $CUDA_PATH/bin
+    clangxx_args: tuple[str, ...] = ()  # ("--driver-mode=g++",) where clangxx is a wrapper with no C++ twin
 
     @property
     def major(self) -> int:
         return self.version[0]
 
+    @property
+    def cxx_command(self) -> tuple[str, ...]:
+        """The C++ driver as a command: ``clang++``, or the wrapper in g++ mode."""
+        return (str(self.clangxx), *self.clangxx_args)
+
     def tool(self, name: str) -> Path:
-        """Return the sibling LLVM tool ``name`` (next to clang), or raise naming its package."""
+        """Return the LLVM tool ``name`` from the driver's InstalledDir, or raise naming its package."""
         candidate = self.bin_dir / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
-        raise ToolchainError(f"{name} not found next to {self.clang}{install_hint(name)}")
+        raise ToolchainError(f"{name} not found in {self.bin_dir} (the InstalledDir of {self.clang})"
+                             f"{install_hint(name)}")
 
     def optional_tool(self, name: str) -> Path | None:
         try:
@@ -108,7 +123,8 @@ class Toolchain:
         candidate = self.lib_dir / name
         if candidate.exists():
             return candidate
-        raise ToolchainError(f"{name} not found in {self.lib_dir}{install_hint(name)}")
+        raise ToolchainError(f"{name} not found in {self.lib_dir} (beside the InstalledDir of {self.clang})"
+                             f"{install_hint(name)}")
 
 
 class ProbeCache:
@@ -117,7 +133,12 @@ class ProbeCache:
 
     Values are lists of lists of strings. Keys name the driver binary by path, size and modification
     time (:meth:`key`), so an upgraded compiler is probed again, or hash what was read. The file is
-    rewritten (atomically) at exit only when something was added; a damaged file or entry is a miss.
+    rewritten at exit only when something was added; a damaged file or entry is a miss.
+
+    Several processes (two projects building at once) share one file: a save re-reads the file under a
+    lock on its directory and merges what others wrote with what this process added (its own answers
+    win), then replaces the file through a temporary one, so no writer loses another's entries and no
+    reader sees half a file.
     """
 
     #: Entries kept at most unless the constructor says otherwise: the oldest go first.
@@ -127,22 +148,23 @@ class ProbeCache:
         self.path = Path(path)
         self.max_entries = self.MAX_ENTRIES if max_entries is None else max_entries
         self._lock = threading.Lock()
-        self._dirty = False
+        self._added: dict[str, None] = {}  # keys put since the last save, oldest first
+        self._entries: dict[str, list[list[str]]] = self._read()
+        atexit.register(self.save)
+
+    def _read(self) -> dict[str, list[list[str]]]:
         try:
             loaded = json.loads(self.path.read_text())
-            self._entries: dict[str, list[list[str]]] = loaded if isinstance(loaded, dict) else {}
         except (OSError, ValueError):
-            self._entries = {}
-        atexit.register(self.save)
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
 
     @staticmethod
     def key(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> str:
         # The invoked name matters (clang and clang++ are one binary in two driver modes), and so
-        # does the binary behind it.
-        real = os.path.realpath(driver)
-        stat = os.stat(real)
-        return json.dumps([os.path.abspath(driver), real, stat.st_size, stat.st_mtime_ns, language, flags, cwd,
-                           _driver_search_stamp()])
+        # does the binary behind it (behind a wrapper script: the compiler it runs, see _probe_toolchain).
+        return json.dumps([*_binary_stamp(driver), language, flags, cwd, _driver_search_stamp(),
+                           *_COMPILER_BEHIND.get(os.path.abspath(driver), ())])
 
     def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
         jobs = self._entries.get(key)
@@ -155,22 +177,99 @@ class ProbeCache:
         with self._lock:
             self._entries.pop(key, None)
             self._entries[key] = [list(job) for job in jobs]
-            while len(self._entries) > self.max_entries:
-                del self._entries[next(iter(self._entries))]
-            self._dirty = True
+            self._added.pop(key, None)
+            self._added[key] = None
+            self._trim(self._entries)
+
+    def _trim(self, entries: dict[str, list[list[str]]]) -> None:
+        while len(entries) > self.max_entries:
+            del entries[next(iter(entries))]
 
     def save(self) -> None:
+        """Merge this process's new entries into the file (a no-op when nothing was added)."""
         with self._lock:
-            if not self._dirty:
+            if not self._added:
                 return
-            partial = self.path.with_name(f"{self.path.name}.{os.getpid()}.partial")
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                partial.write_text(json.dumps(self._entries))
-                os.replace(partial, self.path)
+                with _locked_directory(self.path.parent):
+                    merged = self._read()  # what other processes saved since we loaded
+                    for key in self._added:
+                        if key in self._entries:  # (else trimmed again)
+                            merged.pop(key, None)
+                            merged[key] = self._entries[key]
+                    self._trim(merged)
+                    _replace_atomically(self.path, json.dumps(merged))
             except OSError:
                 return  # a read-only tree only loses the cache, never the build
-            self._dirty = False
+            self._entries = merged
+            self._added.clear()
+
+
+@contextlib.contextmanager
+def _locked_directory(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` (no lock file to leave behind). Where the file system
+    refuses it, go on without: the write itself stays atomic, only a concurrent merge may lose entries."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _replace_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file unique to this process and thread, then rename it over ``path``.
+    The temporary file is removed on any failure."""
+    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), _file_mode(path))
+            f.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a rewritten file keeps: the old file's, else what ``open`` would give under the umask
+    (mkstemp creates 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/status") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = 0o022
+    return 0o666 & ~umask
+
+
+def _binary_stamp(program: str) -> list:
+    """What identifies a program for the caches: its path as given, the binary behind it, size and mtime."""
+    real = os.path.realpath(program)
+    stat = os.stat(real)
+    return [os.path.abspath(program), real, stat.st_size, stat.st_mtime_ns]
+
+
+#: For a driver that is a wrapper (its InstalledDir is not its own directory): the stamp of the compiler
+#: it runs, added to the probe keys of that driver so that upgrading that compiler probes again.
+_COMPILER_BEHIND: dict[str, list] = {}
 
 
 _PROBE_CACHES: dict[str, ProbeCache] = {}
@@ -221,9 +320,9 @@ def user_cache(name: str, max_entries: int | None = None) -> ProbeCache | None:
 def user_probe_cache() -> ProbeCache | None:
     """The per-user cache of toolchain probes.
 
-    Running ``clang --version`` and ``clang -print-resource-dir`` costs two processes (20 to 40 ms)
+    Asking the driver for its version, InstalledDir and resource directory costs a process (10 to 20 ms)
     in every SCons run and every ``offload-link``; the answers change only with the binary, which is
-    part of the key.
+    part of the key (and, behind a wrapper, with the compiler it runs: see :func:`_driver_facts`).
     """
     return user_cache("toolchains.json")
 
@@ -246,56 +345,126 @@ def _candidate_compilers(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     return candidates
 
 
-def _run(argv: list[str]) -> str:
+#: The one probe of a compiler: its version and InstalledDir (the header ``-###`` prints) and its resource
+#: directory (in the cc1 job). Nothing is compiled.
+_TOOLCHAIN_PROBE = ("-###", "-c", "-x", "c", os.devnull)
+_INSTALLED_DIR_RE = re.compile(r"^InstalledDir: (.*)$", re.MULTILINE)
+
+
+def _probe_driver(clang: Path) -> tuple[str, str, str]:
+    """``clang -### -c -x c /dev/null``: (version line, InstalledDir, resource directory)."""
+    argv = [str(clang), *_TOOLCHAIN_PROBE]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
     except OSError as error:
-        raise ToolchainError(f"cannot run {argv[0]}: {error.strerror}") from None
+        raise ToolchainError(f"cannot run {clang}: {error.strerror}") from None
     if done.returncode != 0:
-        raise ToolchainError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout
+        raise ToolchainError(f"{shlex.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
+    text = done.stderr
+    version = next((line for line in text.splitlines() if _VERSION_RE.search(line)), "")
+    installed = _INSTALLED_DIR_RE.search(text)
+    resource = ""
+    for line in text.splitlines():
+        if line.startswith(' "'):
+            job = shlex.split(line)
+            if "-resource-dir" in job[:-1]:
+                resource = job[job.index("-resource-dir") + 1]
+                break
+    if not version or installed is None or not resource:
+        first = text.strip().splitlines()[:1]
+        raise ToolchainError(f"{clang} does not look like clang: {shlex.join(argv)} printed {first}")
+    return version, installed.group(1).strip(), resource
 
 
-def _sibling_cxx(clang: Path) -> Path:
-    """The C++ driver next to ``clang`` (clang-19 -> clang++-19, clang -> clang++)."""
+def _installed_stamp(installed_dir: str) -> list[str]:
+    """What identifies the compiler in an InstalledDir: its ``clang`` (resolved), size and mtime, else the
+    directory's mtime (a package update replaces files there)."""
+    for candidate in (os.path.join(installed_dir, "clang"), installed_dir):
+        try:
+            real = os.path.realpath(candidate)
+            stat = os.stat(real)
+        except OSError:
+            continue
+        return [real, str(stat.st_size), str(stat.st_mtime_ns)]
+    return [installed_dir]
+
+
+def _is_wrapper(clang: Path, installed_dir: str) -> bool:
+    """Whether ``clang`` is not the driver itself (a script or ccache that runs it from elsewhere)."""
+    return os.path.dirname(os.path.realpath(clang)) != os.path.realpath(installed_dir)
+
+
+def _driver_facts(clang: Path) -> tuple[str, str, str]:
+    """(version line, InstalledDir, resource directory) of ``clang``, from the per-user cache if still valid.
+
+    The entry is keyed by the binary named (for a wrapper: the script) and records the compiler found
+    behind it: it holds while that compiler is the same file and, for a wrapper (which may pick its
+    compiler from $PATH, as ccache does), while $PATH is the same.
+    """
+    cache = user_probe_cache()
+    key = json.dumps([*_binary_stamp(str(clang)), "toolchain", list(_TOOLCHAIN_PROBE)]) if cache else ""
+    answers = cache.get(key) if cache else None
+    if answers is not None and len(answers) == 2 and len(answers[0]) == 3 and len(answers[1]) >= 2:
+        version, installed, resource = answers[0]
+        recorded_path, *recorded_stamp = answers[1]
+        wrapper = _is_wrapper(clang, installed)
+        if recorded_stamp == _installed_stamp(installed) and recorded_path == (_path() if wrapper else ""):
+            return version, installed, resource
+    version, installed, resource = _probe_driver(clang)
+    if cache:
+        path = _path() if _is_wrapper(clang, installed) else ""
+        cache.put(key, ((version, installed, resource), (path, *_installed_stamp(installed))))
+    return version, installed, resource
+
+
+def _path() -> str:
+    return os.environ.get("PATH", os.defpath)
+
+
+def _cxx_driver(clang: Path, installed_dir: str, wrapper: bool) -> tuple[Path, tuple[str, ...]]:
+    """The C++ driver for ``clang``: its ``clang++`` twin beside it as named (clang-19 -> clang++-19,
+    x86_64-linux-gnu-clang -> x86_64-linux-gnu-clang++: how ccache's and Spack's wrapper directories pair
+    them), else the driver's own ``clang++``, else, for a wrapper, the same wrapper with
+    ``--driver-mode=g++`` (a wrapper stays in front of every compile)."""
     name = clang.name
-    match = re.fullmatch(r"clang(-\d+)?", name)
-    if match:
-        candidate = clang.with_name(f"clang++{match.group(1) or ''}")
-        if candidate.exists():
-            return candidate
-    return clang.with_name("clang++") if clang.with_name("clang++").exists() else clang
+    match = re.fullmatch(r"(.*clang)(-\d+(?:\.\d+)*)?", name)
+    if match and not name.endswith("++"):
+        twin = clang.with_name(f"{match.group(1)}++{match.group(2) or ''}")
+        if twin.is_file() and os.access(twin, os.X_OK):
+            return twin, ()
+    if not wrapper:
+        for twin in (clang.with_name("clang++"), Path(installed_dir) / "clang++"):
+            if twin.is_file() and os.access(twin, os.X_OK):
+                return twin, ()
+    return clang, ("--driver-mode=g++",)
 
 
 @functools.lru_cache(maxsize=8)
 def _probe_toolchain(clang_text: str, cuda_text: str, search_path: str) -> Toolchain:
     clang = Path(clang_text)
-    real = Path(os.path.realpath(clang))
-    cache = user_probe_cache()
-    key = ProbeCache.key(str(clang), "toolchain", ("--version", "-print-resource-dir"), "") if cache else ""
-    answers = cache.get(key) if cache else None
-    if answers is None or len(answers) != 2 or len(answers[0]) != 1 or len(answers[1]) != 1:
-        answers = ((_run([str(clang), "--version"]),), (_run([str(clang), "-print-resource-dir"]),))
-        if cache:
-            cache.put(key, answers)
-    version_text, resource_text = answers[0][0], answers[1][0]
+    version_text, installed, resource_text = _driver_facts(clang)
     match = _VERSION_RE.search(version_text)
     if not match:
-        raise ToolchainError(f"{clang} does not look like clang: --version printed {version_text.splitlines()[:1]}")
+        raise ToolchainError(f"{clang} does not look like clang: it printed {version_text!r}")
     version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
-    resource_dir = Path(resource_text.strip())
-    bin_dir = real.parent
-    lib_dir = bin_dir.parent / "lib"
+    bin_dir = Path(os.path.normpath(installed))
+    wrapper = _is_wrapper(clang, installed)
+    clangxx, clangxx_args = _cxx_driver(clang, installed, wrapper)
+    if wrapper:
+        behind = ["behind", *_installed_stamp(installed)]
+        _COMPILER_BEHIND[os.path.abspath(clang)] = behind
+        _COMPILER_BEHIND.setdefault(os.path.abspath(clangxx), behind)
     cuda_path = Path(cuda_text) if cuda_text and Path(cuda_text).is_dir() else None
     return Toolchain(
         clang=clang,
-        clangxx=_sibling_cxx(clang),
+        clangxx=clangxx,
         version=version,
-        resource_dir=resource_dir,
+        resource_dir=Path(resource_text),
         bin_dir=bin_dir,
-        lib_dir=lib_dir,
+        lib_dir=bin_dir.parent / "lib",  # the driver's own -L for libomp, libomptarget and its device runtime
         cuda_path=cuda_path,
         search_path=search_path,
+        clangxx_args=clangxx_args,
     )
 
 

@@ -838,7 +838,8 @@ def generate(env, **kwargs: Any) -> None:
         env[name if name.startswith("OFFLOAD_") else f"OFFLOAD_{name}"] = value
     toolchain = _toolchain(env)
     _set_default(env, "OFFLOAD_CC", str(toolchain.clang))
-    _set_default(env, "OFFLOAD_CXX", str(toolchain.clangxx))
+    cxx = toolchain.cxx_command  # a wrapper with no C++ twin: itself with --driver-mode=g++
+    _set_default(env, "OFFLOAD_CXX", cxx[0] if len(cxx) == 1 else list(cxx))
     for key, value in _DEFAULTS.items():
         _set_default(env, key, value)
     if "OFFLOAD_LINKFLAGS" in env and not env["OFFLOAD_LINKFLAGS"] and toolchain.optional_tool("ld.lld"):
