@@ -80,6 +80,7 @@ from offload_builders.hip_phases import (
 from offload_builders.toolchain import probe_cache
 from offload_builders.scons import tool as _tool
 from offload_builders.scons.tool import (
+    CLEAN_LEFTOVERS,
     _COMMIT,
     _DEVICE_LINK_BUILDER,
     _REMOVE_STALE,
@@ -377,10 +378,11 @@ def _bundle_action() -> SCons.Action.ListAction:
 
 
 _DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
-                                        single_source=True)
-_DEVICELINK_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICELINK"), single_source=True)
-_BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"))
+                                        single_source=True, emitter=CLEAN_LEFTOVERS)
+_DEVICELINK_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICELINK"), single_source=True,
+                                            emitter=CLEAN_LEFTOVERS)
+_BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action(), emitter=CLEAN_LEFTOVERS)
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"), emitter=CLEAN_LEFTOVERS)
 
 
 def _check_link_tool(steps: HipDeviceSteps) -> None:
@@ -554,7 +556,8 @@ def offload_hip_wrap(target, source, env) -> int:
 _HIP_WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
 _HIP_EXTRACT_IN_PROCESS = _tool.in_process_action(offload_hip_extract, "EXTRACT", _tool._FUNCTION_PHASE_VARLIST)
 _HIP_WRAP_IN_PROCESS = _tool.in_process_action(offload_hip_wrap, "WRAP", _HIP_WRAP_VARLIST)
-_WRAP_BUILDER = SCons.Builder.Builder(action=_tool._function_phase("WRAP", varlist=_HIP_WRAP_VARLIST))
+_WRAP_BUILDER = SCons.Builder.Builder(action=_tool._function_phase("WRAP", varlist=_HIP_WRAP_VARLIST),
+                                      emitter=CLEAN_LEFTOVERS)
 
 
 def _check_device_linker(env) -> None:
@@ -634,7 +637,7 @@ def generate(env) -> None:
         SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
     env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
         action=_phase_action("HOST"),
-        emitter=_object_emitter,
+        emitter=[_object_emitter, CLEAN_LEFTOVERS],
         suffix="$OBJSUFFIX",
         src_suffix=list(HIP_SUFFIXES),
         source_scanner=SCons.Tool.SourceFileScanner,
@@ -643,7 +646,7 @@ def generate(env) -> None:
     program = env["BUILDERS"]["OffloadProgram"]
     env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
         action=program.action,
-        emitter=_program_emitter,
+        emitter=[_program_emitter, CLEAN_LEFTOVERS],
         prefix="$PROGPREFIX",
         suffix="$PROGSUFFIX",
         src_suffix="$OBJSUFFIX",

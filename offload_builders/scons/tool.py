@@ -36,12 +36,13 @@ import SCons.Node.FS
 import SCons.Platform.posix
 import SCons.Errors
 import SCons.Scanner.Prog
+import SCons.Script
 import SCons.Subst
 import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
-from offload_builders import linking
+from offload_builders import leftovers, linking
 from offload_builders.errors import OffloadError
 from offload_builders.phases import (
     LANGUAGE_BY_SUFFIX,
@@ -270,12 +271,18 @@ def _rpath(target, source, env, for_signature):
     return [f"-Wl,-rpath,{path}" for path in SCons.Util.flatten(value) if path]
 
 
-def _remove_stale_partial(target, source, env) -> int:
+def _sweep_leftovers(target, source, env) -> int:
+    """Before a node's command runs, remove what interrupted runs of it left: ``<target>.partial`` and the
+    temporaries Clang, ld.lld and our writers name after it (see :mod:`offload_builders.leftovers`).
+    Killed mid-command, they are never written again under the same (random) names and would pile up."""
+    suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
     for node in target:
-        partial = _partial(env, node)
-        if os.path.lexists(partial):
-            os.unlink(partial)
+        _LEFTOVERS.sweep(str(node), suffix)
     return 0
+
+
+#: This build's view of what interrupted builds left (see :class:`offload_builders.leftovers.Leftovers`).
+_LEFTOVERS = leftovers.Leftovers()
 
 
 def _commit(target, source, env) -> int:
@@ -289,8 +296,29 @@ def _commit(target, source, env) -> int:
     return 0
 
 
-_REMOVE_STALE = SCons.Action.Action(_remove_stale_partial, None)
+_REMOVE_STALE = SCons.Action.Action(_sweep_leftovers, None)
 _COMMIT = SCons.Action.Action(_commit, None)
+
+
+def clean_leftovers(scratch_suffixes: Sequence[str] = ()) -> Callable:
+    """An emitter that, under ``scons -c``, has SCons remove the node's leftovers with the node.
+
+    Their names are random, so they are found now, at read time (only when cleaning; one listing per
+    directory), and handed to ``env.Clean``; ``scratch_suffixes`` name the node's scratch directories
+    (``<target>.inputs`` of a device link), which SCons removes with their contents."""
+    def emitter(target, source, env):
+        if SCons.Script.GetOption("clean"):
+            suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+            for node in target:
+                found = _LEFTOVERS.find(node.get_abspath(), suffix, scratch_suffixes)
+                if found:
+                    env.Clean(node, found)
+        return target, source
+    return emitter
+
+
+#: The emitter of every phase builder: see :func:`clean_leftovers`.
+CLEAN_LEFTOVERS = clean_leftovers()
 
 
 class _PhaseCommandAction(SCons.Action.LazyAction):
@@ -447,15 +475,18 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
         return ()
 
 
-_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(), *_phase_action("HOST").list]),
-                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
-_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
-_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True)
+_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
+                                                                     *_phase_action("HOST").list]),
+                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True,
+                                      emitter=CLEAN_LEFTOVERS)
+_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+                                        emitter=CLEAN_LEFTOVERS)
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=_phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
     _REMOVE_STALE,
     SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR", varlist=["_OFFLOAD_PACKAGE_TARGETS"]),
     _COMMIT,
-]))
+]), emitter=CLEAN_LEFTOVERS)
 
 
 def _check_tools_for(env, targets: Sequence[TargetID]) -> None:
@@ -737,11 +768,12 @@ _FUNCTION_PHASE_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "_OFFLOAD_WRAP_TAR
 EXTRACT_IN_PROCESS = in_process_action(_extract_device_inputs, "EXTRACT", _FUNCTION_PHASE_VARLIST)
 WRAP_IN_PROCESS = in_process_action(_wrap_images, "WRAP", _FUNCTION_PHASE_VARLIST)
 PACKAGE_IN_PROCESS = in_process_action(_package_in_process, "PACKAGE", ["_OFFLOAD_PACKAGE_TARGETS"])
-_EXTRACT_BUILDER = SCons.Builder.Builder(action=_function_phase("EXTRACT"))
+_EXTRACT_BUILDER = SCons.Builder.Builder(action=_function_phase("EXTRACT"), emitter=CLEAN_LEFTOVERS)
 _DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=_function_phase(
     "DEVICELINK", before=[SCons.Action.Action(_unpack_device_inputs, None)],
-    after=[SCons.Action.Action(_remove_inputs_dir, None)]))
-_WRAP_BUILDER = SCons.Builder.Builder(action=_function_phase("WRAP"))
+    after=[SCons.Action.Action(_remove_inputs_dir, None)]),
+    emitter=clean_leftovers([".inputs"]))  # _inputs_dir: the unpacked inputs, a scratch directory
+_WRAP_BUILDER = SCons.Builder.Builder(action=_function_phase("WRAP"), emitter=CLEAN_LEFTOVERS)
 
 
 def _deploy_devices(env) -> list[str]:
@@ -863,7 +895,7 @@ def generate(env, **kwargs: Any) -> None:
     env.AddMethod(selected_targets, "OffloadSelectedTargets")
     env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
         action=_phase_action("EMBED"),
-        emitter=_object_emitter,
+        emitter=[_object_emitter, CLEAN_LEFTOVERS],
         suffix="$OBJSUFFIX",
         src_suffix=list(LANGUAGE_BY_SUFFIX),
         single_source=True,
@@ -875,6 +907,7 @@ def generate(env, **kwargs: Any) -> None:
         suffix="$LIBSUFFIX",
         src_suffix="$OBJSUFFIX",
         src_builder="OffloadObject",
+        emitter=CLEAN_LEFTOVERS,
     )
     env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
         action=SCons.Action.ListAction([
@@ -884,7 +917,7 @@ def generate(env, **kwargs: Any) -> None:
             SCons.Action.Action(_check_deployment, None, varlist=["OFFLOAD_DEPLOY_DEVICES"]),
             _COMMIT,
         ]),
-        emitter=_program_emitter,
+        emitter=[_program_emitter, CLEAN_LEFTOVERS],
         prefix="$PROGPREFIX",
         suffix="$PROGSUFFIX",
         src_suffix="$OBJSUFFIX",

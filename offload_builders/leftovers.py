@@ -1,0 +1,120 @@
+"""What an interrupted command can leave next to its output, found by name.
+
+Every phase command writes ``<target><suffix>`` (``$OFFLOAD_PARTIAL_SUFFIX``, default ``.partial``), and
+only a finished one is renamed over the target. A command killed on the way (SIGKILL, an out-of-memory
+kill, a lost machine; Ctrl-C between a command's end and the rename) leaves files that no later build
+writes again, because their names are random:
+
+* the partial output, ``<target>.partial``;
+* Clang's ``-cc1`` temporary: the partial name with ``-XXXXXXXX`` (8 hex digits) before its last
+  extension and ``.tmp`` after it (``main.o-3ec90e20.partial.tmp``), renamed to the partial name when
+  the compile ends (Clang's ``CompilerInstance::createOutputFile``);
+* LLVM's ``FileOutputBuffer`` temporary, ``<partial>.tmpXXXXXXX`` (7 hex digits): ``ld.lld`` (device
+  links, the host link) and ``clang-offload-packager`` write through it;
+* our own writers' temporaries (:mod:`offload_builders.formats`), ``.<partial>.<pid>.<n>.tmp``, and the
+  HIP fat binary's uncompressed bundle, ``<partial>.uncompressed`` (and its ``.<...>.<pid>.<n>.tmp``);
+* a scratch directory that a node declares, such as the device link's ``<target>.inputs/``.
+
+Only names made from the node's own target match, so sweeping one node never touches another node's
+files or anything else in the directory. (``ptxas``, ``nvlink`` and ``clang-nvlink-wrapper`` write the
+partial output itself; their other temporaries go to ``$TMPDIR``, which is not the build's to sweep.
+GNU ``ar`` writes ``stXXXXXX`` in the archive's directory, a name no node can claim.)
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterable, Sequence
+
+
+def llvm_extension(name: str) -> str:
+    """``llvm::sys::path::extension``: from the last ``.`` of the file name on (``.x`` -> ``.x``; ``..`` -> ``''``)."""
+    if name in (".", ".."):
+        return ""
+    dot = name.rfind(".")
+    return "" if dot < 0 else name[dot:]
+
+
+@functools.lru_cache(maxsize=4096)
+def leftover_pattern(target_name: str, partial_suffix: str) -> re.Pattern[str]:
+    """The names (in the target's directory) an interrupted command for ``target_name`` can leave."""
+    partial = target_name + partial_suffix
+    extension = llvm_extension(partial)
+    stem = partial[:len(partial) - len(extension)]
+    choices = [
+        re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(extension) + r"\.tmp",  # clang -cc1
+        re.escape(partial) + r"\.tmp[0-9a-f]{7}",  # llvm::FileOutputBuffer (ld.lld, clang-offload-packager)
+        re.escape(partial) + r"\.uncompressed",  # the HIP fat binary before compression
+        r"\." + re.escape(partial) + r"(?:\.uncompressed)?\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs
+    ]
+    if partial_suffix:
+        choices.append(re.escape(partial))
+    return re.compile("|".join(f"(?:{choice})" for choice in choices))
+
+
+#: A cheap screen for names with a random part that some command's leftover could have (exact: the pattern).
+_RANDOM_PART = re.compile(r"-[0-9a-f]{8}.*\.tmp$|\.tmp[0-9a-f]{7}$|\.[0-9]+\.[0-9]+\.tmp$")
+
+
+class Leftovers:
+    """Finds (and sweeps) the leftovers of output paths, listing each directory once.
+
+    A build has many nodes per directory; listing the directory for each would cost milliseconds a
+    node in a large one. The first look at a directory keeps the names that could be leftovers (usually
+    none); each node then takes the ones made from its own target. Made once per build, before any
+    command writes in the directory: a command's live temporaries are never in the list (SCons runs
+    each node once a build; every phase action sweeps before its command runs). Thread-safe (``-j``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._candidates: dict[str, set[str]] = {}
+
+    def _take(self, directory: str, name: str, partial_suffix: str) -> list[str]:
+        with self._lock:
+            candidates = self._candidates.get(directory)
+            if candidates is None:
+                try:
+                    names = os.listdir(directory or ".")
+                except OSError:
+                    names = []
+                candidates = self._candidates[directory] = {
+                    entry for entry in names if _RANDOM_PART.search(entry) or entry.endswith(".uncompressed")}
+            if not candidates:
+                return []
+            pattern = leftover_pattern(name, partial_suffix)
+            found = [entry for entry in candidates if pattern.fullmatch(entry)]
+            candidates.difference_update(found)
+        return found
+
+    def find(self, target: str, partial_suffix: str, scratch_suffixes: Sequence[str] = ()) -> list[str]:
+        """The leftovers of the output path ``target`` that exist: files matching :func:`leftover_pattern` in
+        its directory, and the directories ``<target><suffix>`` for ``scratch_suffixes``. Each is found once."""
+        directory, name = os.path.split(target)
+        found = [os.path.join(directory, entry) for entry in self._take(directory, name, partial_suffix)]
+        partial = target + partial_suffix
+        if partial_suffix and os.path.lexists(partial):
+            found.append(partial)
+        found.extend(target + suffix for suffix in scratch_suffixes if os.path.isdir(target + suffix))
+        return sorted(set(found))
+
+    def sweep(self, target: str, partial_suffix: str, scratch_suffixes: Sequence[str] = ()) -> list[str]:
+        """Remove what earlier, interrupted runs of ``target``'s command left; returns what was removed."""
+        found = self.find(target, partial_suffix, scratch_suffixes)
+        remove_leftovers(found)
+        return found
+
+
+def remove_leftovers(paths: Iterable[str]) -> None:
+    """Delete leftovers: files and links unlinked, directories removed with their contents; gone is fine."""
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

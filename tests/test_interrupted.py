@@ -1,0 +1,179 @@
+"""Interrupted builds leave nothing behind (issue 12: "Never a wrong or stale program").
+
+* A ``-j2`` build of a two-source program for ``x86_64,gfx90a,sm_80``, killed ten times at seeded random
+  moments (SIGKILL to the whole process group, or SIGINT to it as Ctrl-C sends it) and then built to the
+  end, has exactly the files of a clean build in the same directory, byte for byte, and no temporary;
+  the program runs; ``scons -c`` then leaves nothing under ``build/``.
+* Leftovers planted with the real tools' naming (Clang's ``-cc1`` temporary, ld.lld's, our writers', the
+  partial output, the device link's ``.inputs/``) next to a node's target are gone after the node runs,
+  and after ``scons -c``; files whose names are not made from a node's target stay.
+
+``OFFLOAD_INTERRUPT_SEED`` replays another schedule of interruptions.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from test_hip import Sample
+from test_scons_tool import SCONS, Project
+
+pytestmark = pytest.mark.slow
+
+SEED = int(os.environ.get("OFFLOAD_INTERRUPT_SEED", "12"))
+ROUNDS = 10
+ARCHS = "archs=x86_64,gfx90a,sm_80"
+#: What no finished build may leave anywhere in the project.
+LEFTOVER = re.compile(r"\.tmp|\.partial|\.uncompressed|\.inputs$")
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and directory (``None``) under ``root``, by relative path."""
+    found: dict[str, bytes | None] = {}
+    for path in sorted(root.rglob("*")):
+        found[str(path.relative_to(root))] = None if path.is_dir() else path.read_bytes()
+    return found
+
+
+def _leftovers(root: Path) -> list[str]:
+    return [str(path.relative_to(root)) for path in root.rglob("*") if LEFTOVER.search(path.name)]
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies do not count: nobody may reap them here)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _interrupted_build(project: Project, after: int, delay: float, sig: signal.Signals) -> str:
+    """Start ``scons -j2`` in its own process group; ``delay`` seconds after it starts its ``after``-th command,
+    send ``sig`` to the group. Returns what happened, for the test's output."""
+    proc = subprocess.Popen([SCONS, "-Q", "-j2", ARCHS], cwd=project.root, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    started: list[str] = []
+    reached = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(b"@@"):  # the SConstruct's COMSTR: a command starts
+                started.append(line[2:].decode().strip())
+                if len(started) == after:
+                    reached.set()
+        reached.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert reached.wait(timeout=600), "the build neither starts commands nor ends"
+        if proc.poll() is None:
+            time.sleep(delay)
+        if proc.poll() is not None:
+            return f"finished (rc {proc.returncode}) after {len(started)} commands"
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=600)  # SIGINT: SCons waits for the commands that are running
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join()
+    deadline = time.monotonic() + 60
+    while _group_alive(proc.pid):  # a killed group's last processes may outlive scons by a moment
+        assert time.monotonic() < deadline, "the interrupted build's processes do not end"
+        time.sleep(0.05)
+    return f"{sig.name} {delay:.2f}s after command {after} ({started[-1] if started else 'none'})"
+
+
+def test_a_build_interrupted_at_random_moments_ends_as_the_clean_build(tmp_path):
+    project = Project(tmp_path / "proj")
+    project.scons("-j2", ARCHS)
+    clean_build = _tree(project.root / "build")
+    assert project.run_program().stdout == "on_device=1 sum=6048\n"
+    project.scons("-c", ARCHS)
+    assert not [p for p, data in _tree(project.root / "build").items() if data is not None]
+
+    rng = random.Random(SEED)
+    signals = [signal.SIGKILL] * 7 + [signal.SIGINT] * 3
+    rng.shuffle(signals)
+    seen = []
+    for sig in signals[:ROUNDS]:
+        event = _interrupted_build(project, rng.randint(1, 6), rng.uniform(0.0, 0.6), sig)
+        left = _leftovers(project.root)
+        seen.append(f"{event}: {len(left)} leftovers {left}")
+        if event.startswith("finished"):
+            project.scons("-c", ARCHS)  # the next round has a whole build to interrupt
+    print("\n".join(seen))
+
+    project.scons("-j2", ARCHS)
+    final = _tree(project.root / "build")
+    assert sorted(final) == sorted(clean_build), "\n".join(seen)
+    assert [p for p in final if final[p] != clean_build[p]] == []
+    assert _leftovers(project.root) == [], "\n".join(seen)
+    run = project.run_program()
+    assert run.returncode == 0 and run.stdout == "on_device=1 sum=6048\n", run.stdout + run.stderr
+
+    project.scons("-c", ARCHS)
+    assert list((project.root / "build").iterdir()) == []
+
+
+#: Planted next to targets of the program's nodes: each name is what the real tool writes for that node.
+PLANTED = (
+    "main.x86_64.dev.o-0123abcd.partial.tmp",  # clang -cc1, killed mid-compile
+    "scale.host.bc-89abcdef.partial.tmp",
+    "main.host.bc.partial",  # the command finished, the commit did not happen
+    "prog.x86_64.img.partial.tmp1a2b3c4",  # ld.lld (llvm::FileOutputBuffer), killed mid-link
+    "prog.partial.tmp5d6e7f8",
+    ".prog.x86_64.devin.partial.4242.1.tmp",  # our writer (formats' Outputs), killed mid-write
+    "prog.x86_64.img.inputs/000.o",  # the device link's unpacked inputs
+)
+#: Names no node's command writes: they stay.
+KEPT = ("notes.txt", "other.o-0123abcd.partial.tmp", "main.x86_64.dev.o-notours.partial.tmp", "main.o.partial.bak")
+
+
+def _plant(build: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        (build / name).parent.mkdir(parents=True, exist_ok=True)
+        (build / name).write_bytes(b"left by a killed build\n")
+
+
+def test_a_nodes_leftovers_are_swept_before_it_runs_and_by_scons_clean(tmp_path):
+    project = Project(tmp_path / "proj")
+    build = project.root / "build"
+    _plant(build, PLANTED + KEPT)
+    project.scons()
+    assert sorted(p.name for p in build.iterdir() if p.name in KEPT or LEFTOVER.search(p.name)) == sorted(KEPT)
+    assert project.run_program().returncode == 0
+
+    _plant(build, PLANTED)
+    cleaned = project.scons("-c")
+    assert sorted(str(p.relative_to(build)) for p in build.rglob("*")) == sorted(KEPT), cleaned.output
+
+
+def test_hip_nodes_leftovers_are_swept_and_cleaned(tmp_path):
+    sample = Sample(tmp_path / "hip")
+    planted = ("saxpy.hipfb.partial.uncompressed", ".saxpy.hipfb.partial.uncompressed.4242.3.tmp",
+               "saxpy.gfx942.hsaco.partial.tmp89abcde", "saxpy.gfx942.dev.o-89abcdef.partial.tmp",
+               "stencil.o-00ff00ff.partial.tmp")
+    build = sample.root / "build"
+    _plant(build, planted + ("saxpy.hipfb.uncompressed",))
+    sample.scons("compress=2")
+    assert [name for name in planted if (build / name).exists()] == []
+    assert (build / "saxpy.hipfb.uncompressed").exists()
+    _plant(build, planted)
+    sample.scons("-c", "compress=2")
+    assert sorted(p.name for p in build.rglob("*")) == ["saxpy.hipfb.uncompressed"]
