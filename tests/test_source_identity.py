@@ -14,9 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_scons_tool import Project
 
 from offload_builders import linking
-from test_scons_tool import Project
 
 pytestmark = pytest.mark.slow
 

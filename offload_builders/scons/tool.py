@@ -32,9 +32,9 @@ from typing import Any
 
 import SCons.Action
 import SCons.Builder
+import SCons.Errors
 import SCons.Node.FS
 import SCons.Platform.posix
-import SCons.Errors
 import SCons.Scanner.Prog
 import SCons.Script
 import SCons.Subst
