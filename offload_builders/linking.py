@@ -31,27 +31,13 @@ from pathlib import Path
 
 from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
-from offload_builders.formats.containers import (
-    ContainerKind,
-    FoundBinary,
-    bitcode_linker_symbols,
-    extract_offload_binaries,
-    identify,
-)
-from offload_builders.formats.elf import (
-    STB_LOCAL,
-    STB_WEAK,
-    STT_FILE,
-    STT_SECTION,
-    STV_HIDDEN,
-    STV_INTERNAL,
-    file_reader,
-    read_sections,
-    read_symbols,
-)
+from offload_builders.formats.containers import (ContainerKind, FoundBinary, bitcode_linker_symbols,
+                                                 extract_offload_binaries, identify)
+from offload_builders.formats.elf import (STB_LOCAL, STB_WEAK, STT_FILE, STT_SECTION, STV_HIDDEN, STV_INTERNAL,
+                                          file_reader, read_sections, read_symbols)
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
-from offload_builders.phases import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
+from offload_builders.phases import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.toolchain import ProbeCache, Toolchain
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.
@@ -567,9 +553,9 @@ __all__ = [
     "group_device_files",
     "group_key",
     "host_link_job",
-    "host_runtime_arguments",
     "missing_entries",
     "objects_without_code",
+    "host_runtime_arguments",
     "read_device_inputs",
     "registered_entries",
     "scan_link_inputs",
