@@ -118,3 +118,51 @@ def remove_leftovers(paths: Iterable[str]) -> None:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+class UnrecordedOutputs:
+    """A journal of the outputs this build replaced that SCons has not yet recorded.
+
+    SCons writes its record of what it built (``.sconsign``) once, when the build ends. A build killed
+    after some commands finished leaves outputs newer than their record; if the sources then change back
+    (an edit undone, a branch switched back), SCons finds the recorded signatures matching and takes those
+    outputs as up to date: a stale object, a stale program. So each output is journaled *before* it is
+    moved into place; the journal is removed once SCons has written its record; and a journal found when a
+    build starts (:meth:`recover`) names outputs whose record may be stale: they are deleted, so they are
+    built again. One journal per project top directory; thread-safe (``-j``).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._file = None
+
+    def recover(self) -> list[str]:
+        """Delete the outputs an interrupted earlier build journaled, and the journal; returns them."""
+        try:
+            with open(self.path, encoding="utf-8", errors="surrogateescape") as journal:
+                outputs = [line.rstrip("\n") for line in journal if line.strip()]
+        except FileNotFoundError:
+            return []
+        remove_leftovers(outputs)
+        os.unlink(self.path)
+        return outputs
+
+    def add(self, output: str) -> None:
+        """Journal ``output`` (an absolute path), before the caller replaces it."""
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8", errors="surrogateescape")
+            self._file.write(output + "\n")
+            self._file.flush()  # in the kernel's hands: a SIGKILL of this process cannot lose it
+
+    def settle(self) -> None:
+        """SCons has recorded every output: the journal is no longer needed."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass

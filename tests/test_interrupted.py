@@ -177,3 +177,42 @@ def test_hip_nodes_leftovers_are_swept_and_cleaned(tmp_path):
     _plant(build, planted)
     sample.scons("-c", "compress=2")
     assert sorted(p.name for p in build.rglob("*")) == ["saxpy.hipfb.uncompressed"]
+
+
+def _kill_when(project: Project, phase: str, *args: str) -> list[str]:
+    """Run ``scons`` and SIGKILL its process group as the first ``phase`` command starts; the commands seen."""
+    proc = subprocess.Popen([SCONS, "-Q", *args], cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line.decode().strip())
+        if line.startswith(f"@@{phase} ".encode()):
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while _group_alive(proc.pid):
+        assert time.monotonic() < deadline, "the killed build's processes do not end"
+        time.sleep(0.05)
+    assert proc.returncode == -signal.SIGKILL, seen
+    return seen
+
+
+def test_outputs_of_a_killed_build_are_not_taken_as_up_to_date_after_an_edit_is_undone(tmp_path):
+    """SCons records what it built only when the build ends: without the journal of unrecorded outputs,
+    the FACTOR 4.0 objects of the killed build match the FACTOR 3.0 record once the edit is undone."""
+    project = Project(tmp_path / "proj")
+    project.scons()
+    header = project.root / "include" / "main.hpp"
+    original = header.read_text()
+    header.write_text(original.replace("FACTOR 3.0", "FACTOR 4.0"))
+    seen = _kill_when(project, "LINK")
+    assert "@@EMBED build/main.o" in seen  # the FACTOR 4.0 object was written before the kill
+    header.write_text(original)  # the edit undone (or the branch switched back)
+    again = project.scons()
+    assert again.count("EMBED", "main.o") == 1, again.output
+    run = project.run_program()
+    assert run.returncode == 0 and run.stdout == "on_device=1 sum=6048\n", run.stdout + run.stderr
+    assert not (project.root / ".sconsign.offload-unrecorded").exists()
+    assert project.scons().commands == []

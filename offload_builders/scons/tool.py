@@ -285,11 +285,48 @@ def _sweep_leftovers(target, source, env) -> int:
 _LEFTOVERS = leftovers.Leftovers()
 
 
+#: Per project top directory: the outputs replaced in this build that SCons has not recorded yet.
+_UNRECORDED: dict[str, leftovers.UnrecordedOutputs] = {}
+
+
+def _unrecorded_outputs(env) -> leftovers.UnrecordedOutputs:
+    """The journal of ``env``'s project; made once per process, when it deletes what a killed build left
+    unrecorded (see :class:`offload_builders.leftovers.UnrecordedOutputs`)."""
+    top = env.Dir("#").abspath
+    journal = _UNRECORDED.get(top)
+    if journal is None:
+        journal = _UNRECORDED[top] = leftovers.UnrecordedOutputs(os.path.join(top, ".sconsign.offload-unrecorded"))
+        if not SCons.Script.GetOption("no_exec"):
+            journal.recover()
+        _settle_journals_after_sconsign_write()
+    return journal
+
+
+def _settle_journals_after_sconsign_write() -> None:
+    """Once SCons has written ``.sconsign`` (at the end of every build, interrupted by Ctrl-C or not), the
+    journals are settled. SCons has no hook there, so its ``write`` is wrapped (once)."""
+    import SCons.SConsign
+
+    original = SCons.SConsign.write
+    if getattr(original, "offload_settles_journals", False):
+        return
+
+    def write(*args, **kwargs):
+        original(*args, **kwargs)
+        for journal in _UNRECORDED.values():
+            journal.settle()
+
+    write.offload_settles_journals = True  # type: ignore[attr-defined]
+    SCons.SConsign.write = write
+
+
 def _commit(target, source, env) -> int:
-    """Move each finished ``<target>.partial`` into place, so no half-written target ever exists."""
+    """Move each finished ``<target>.partial`` into place, so no half-written target ever exists; journal
+    it first, so that a build killed before SCons records it cannot leave it looking up to date."""
     for node in target:
         partial = _partial(env, node)
         if os.path.exists(partial):
+            _unrecorded_outputs(env).add(node.get_abspath())
             os.replace(partial, str(node))
         elif not os.path.exists(str(node)):
             raise SCons.Errors.BuildError(node=node, errstr=f"the command did not write {partial}")
@@ -869,6 +906,7 @@ def generate(env, **kwargs: Any) -> None:
         name = key.upper()
         env[name if name.startswith("OFFLOAD_") else f"OFFLOAD_{name}"] = value
     toolchain = _toolchain(env)
+    _unrecorded_outputs(env)  # before anything is built: outputs a killed build left unrecorded go
     _set_default(env, "OFFLOAD_CC", str(toolchain.clang))
     cxx = toolchain.cxx_command  # a wrapper with no C++ twin: itself with --driver-mode=g++
     _set_default(env, "OFFLOAD_CXX", cxx[0] if len(cxx) == 1 else list(cxx))
