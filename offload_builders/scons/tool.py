@@ -43,7 +43,8 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
-from offload_builders.phases import LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, language_of
+from offload_builders.phases import (LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, dependency_values,
+                                     language_of)
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain, probe_cache
 
@@ -149,15 +150,23 @@ def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     return [SCons.Subst.Literal(arg) for arg in argv]
 
 
+def _object_of(target) -> list:
+    """The fat object a compile node belongs to, as a target list: ``$TARGET`` in the user's compile flags
+    means it in every phase (``-MF ${TARGET}.d`` names one dependency file, written by the host front end),
+    and all phases of a source share one driver probe."""
+    obj = getattr(target[0].attributes, "offload_object", None) if target else None
+    return target if obj is None else [obj]
+
+
 def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
     language = language_of(str(source[0]))
-    return _model(env).host_steps(language, _compile_flags(env, target, source, for_signature, language))
+    return _model(env).host_steps(language, _compile_flags(env, _object_of(target), source, for_signature, language))
 
 
 def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
     language = language_of(str(source[0]))
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags = _compile_flags(env, target, source, for_signature, language) + tuple(_target_flags(env, tid))
+    flags = _compile_flags(env, _object_of(target), source, for_signature, language) + tuple(_target_flags(env, tid))
     return _model(env).device_steps(tid, language, flags)
 
 
@@ -195,7 +204,8 @@ class _Command:
 def _host_cc1(target, source, env, for_signature):
     steps = _host_steps(env, target, source, for_signature)
     return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
-                                 output=_partial(env, target[0]))
+                                 output=_partial(env, target[0]),
+                                 **dependency_values(steps.frontend, str(_object_of(target)[0])))
 
 
 @_Command
@@ -448,19 +458,23 @@ def _object_emitter(target, source, env):
     overrides = _command_dependency_overrides(env)
     host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src], **overrides)
     _depend_on_program(env, host_bc, overrides, host.frontend)
-    images = []
+    images, compiled = [], []
     for tid, steps in plans.items():
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
                                  [src] + host_bc, OFFLOAD_TARGET=str(tid), **overrides)
         _depend_on_program(env, device, overrides, steps.compile)
+        compiled.extend(device)
         if steps.assemble is not None:
             device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
                                        device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
             _depend_on_program(env, device, overrides, steps.assemble)
+            compiled.extend(device)
         images.extend(device)
     package = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
                                _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
                                _OFFLOAD_ORIGINAL_SOURCE=src)
+    for node in [*host_bc, *package, *compiled]:
+        node.attributes.offload_object = obj
     obj.attributes.offload_inputs = (host_bc[0], package[0])
     env.Depends(obj, host_bc + package)
     _depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
@@ -608,7 +622,7 @@ def _device_link_cmd(target, source, env, for_signature):
     # The driver's own job, probed when the program was declared; the driver command if the flags differ now.
     job = linking.known_device_link(toolchain, key, flags=flags, host_libraries=host_libraries)
     if job is not None:
-        return job.render(inputs=inputs, output=_partial(env, target[0]))
+        return linking.render_device_link(job, inputs, _partial(env, target[0]), host_libraries)
     return linking.device_link_command(toolchain, key, inputs, _partial(env, target[0]),
                                        flags=flags, host_libraries=host_libraries)
 
@@ -634,7 +648,8 @@ def _probe_device_link(node, tid: TargetID) -> None:
         for for_signature in (False, True):
             flags, host_libraries = _device_link_arguments(env, tid, targets, sources, for_signature)
             linking.probe_device_link(_toolchain(env), linking.group_key(tid), flags=flags,
-                                      host_libraries=host_libraries, cache=_model(env).cache)
+                                      host_libraries=host_libraries, cache=_model(env).cache,
+                                      warn=functools.partial(SCons.Warnings.warn, OffloadLinkWarning))
     except OffloadError as error:
         raise _user_error(error) from None
 
