@@ -163,12 +163,37 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: 
             argv = [driver, "-###", *mode, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
             done = run_driver(argv, cwd)
         if done.returncode != 0:
-            message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
-            raise ProbeError(f"{driver} rejected the {what} flags {' '.join(flags)}: {message}")
+            raise ProbeError(f"{driver_errors(done.stderr)} ({driver} -### rejected the {what} flags"
+                             f" {_shortened(' '.join(flags))})")
         return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
 
     key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
     return remembered_jobs(key, cache, ask_driver)
+
+
+def driver_errors(stderr: str) -> str:
+    """The driver's own diagnostics in ``-###`` output (``clang: error: ...``), each once, without the jobs it
+    printed around them (5 KB of ``-cc1`` lines that hide the one line that matters)."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith(' "')]
+    errors = [line for line in said if ": error: " in line or line.startswith("error: ")]
+    chosen = list(dict.fromkeys(errors)) or said[-3:]
+    return "; ".join(chosen) or "no message"
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit - 5] + " ..."
+
+
+#: Flags by which the driver itself would choose the offload targets; our nodes choose them per target.
+_TARGET_SELECTION_PREFIXES = ("--offload-arch=", "--no-offload-arch=", "-fopenmp-targets=", "--cuda-gpu-arch=",
+                              "--no-cuda-gpu-arch=")
+
+
+def target_selection_flags(flags: Iterable[str]) -> list[str]:
+    """The flags in ``flags`` that select offload targets (``--offload-arch=``, ``-fopenmp-targets=``...):
+    a build system that makes one node per target has its own list of targets, and such a flag would make
+    the driver print jobs for other targets besides the one probed."""
+    return [flag for flag in flags if flag.startswith(_TARGET_SELECTION_PREFIXES)]
 
 
 def run_driver(argv: Sequence[str], cwd: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -44,7 +44,7 @@ import SCons.Warnings
 from offload_builders import linking
 from offload_builders.errors import OffloadError
 from offload_builders.phases import (LANGUAGE_BY_SUFFIX, DeviceSteps, HostSteps, PhaseModel, dependency_values,
-                                     language_of)
+                                     language_of, target_selection_flags)
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain, probe_cache
 
@@ -129,6 +129,36 @@ def _target_flags(env, target: TargetID, variable: str = "OFFLOAD_TARGET_FLAGS")
         if canonical == target:
             flags.extend(env.subst_list(value, SCons.Subst.SUBST_CMD)[0] if value else [])
     return [str(flag) for flag in flags]
+
+
+class OffloadTargetKeyWarning(SCons.Warnings.WarningOnByDefault):
+    """A ``{target ID: flags}`` key that names no target of this build: its flags are not used."""
+
+
+#: (variable, key, targets) already warned about in this run.
+_WARNED_KEYS: set[tuple[str, str, tuple[TargetID, ...]]] = set()
+
+
+def _warn_unmatched_keys(env, variable: str, targets: Sequence[TargetID]) -> None:
+    """Warn once per run about each key of ``$<variable>`` that matches none of ``targets``, naming the
+    target it probably means (the same processor with other features): its flags would silently do
+    nothing. A warning, not an error: a table that covers more targets than one build selects (with
+    ``OFFLOAD_ARCHS`` from the command line) is normal."""
+    for key in (env.get(variable) or {}):
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        memo = (variable, str(key), tuple(targets))
+        if canonical in targets or memo in _WARNED_KEYS:
+            continue
+        _WARNED_KEYS.add(memo)
+        near = [str(tid) for tid in targets if tid.processor == canonical.processor]
+        hint = (f"; did you mean {' or '.join(repr(n) for n in near)}? A key names a target ID of OFFLOAD_ARCHS"
+                " exactly, features included" if near else "")
+        SCons.Warnings.warn(OffloadTargetKeyWarning,
+                            f"{variable} key {key!r} matches no target of this build"
+                            f" ({', '.join(str(tid) for tid in targets)}): its flags are not used{hint}")
 
 
 def _compile_flags(env, target, source, for_signature: bool, language: str) -> tuple[str, ...]:
@@ -449,9 +479,14 @@ def _object_emitter(target, source, env):
         language = language_of(str(src))
         # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
         flags = _compile_flags(env, [obj], [src], False, language)
+        _warn_unmatched_keys(env, "OFFLOAD_TARGET_FLAGS", targets)
+        per_target = {tid: tuple(_target_flags(env, tid)) for tid in targets}
+        _check_no_target_selection(flags, "$OFFLOAD_FLAGS, $CCFLAGS, $CXXFLAGS/$CFLAGS or $CPPFLAGS", targets)
+        for tid, extra in per_target.items():
+            _check_no_target_selection(extra, f"$OFFLOAD_TARGET_FLAGS[{str(tid)!r}]", targets)
         model = _model(env)
         host = model.host_steps(language, flags)
-        plans = {tid: model.device_steps(tid, language, flags + tuple(_target_flags(env, tid))) for tid in targets}
+        plans = {tid: model.device_steps(tid, language, flags + extra) for tid, extra in per_target.items()}
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
@@ -479,6 +514,16 @@ def _object_emitter(target, source, env):
     env.Depends(obj, host_bc + package)
     _depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
     return target, source
+
+
+def _check_no_target_selection(flags: Sequence[str], where: str, targets: Sequence[TargetID]) -> None:
+    """One clear error for a flag that chooses offload targets itself (``--offload-arch=``): the tool makes
+    one node per target of ``$OFFLOAD_ARCHS``, and the driver would add that flag's targets to each."""
+    chosen = target_selection_flags(flags)
+    if chosen:
+        raise SCons.Errors.UserError(
+            f"{chosen[0]} in {where}: the offload targets belong in $OFFLOAD_ARCHS (now "
+            f"{','.join(str(tid) for tid in targets)}), e.g. OFFLOAD_ARCHS=['x86_64', 'sm_90']; remove the flag")
 
 
 def _command_dependency_overrides(env) -> dict:
@@ -612,6 +657,9 @@ def _device_link_cmd(target, source, env, for_signature):
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     if for_signature:
         inputs = [str(source[0])]
+    elif not os.path.exists(str(source[0])):
+        # Not extracted yet (scons -n on a clean tree): the command as it will run, its inputs as a pattern.
+        inputs = [os.path.join(_inputs_dir(env, target[0]), "*.o")]
     else:
         count = len(linking.read_device_inputs(str(source[0])))
         if count == 0:
@@ -728,12 +776,16 @@ def _check_deployment(target, source, env) -> int:
         return 0
     from offload_builders.selection import check_deployment
 
+    partial = _partial(env, target[0])
     try:
-        problems = check_deployment(_partial(env, target[0]), devices, llvm_version=_toolchain(env).major)
+        problems = check_deployment(partial, devices, llvm_version=_toolchain(env).major)
+        message = f"{target[0]}: not deployable: " + "; ".join(problems) if problems else ""
     except OffloadError as error:
-        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
-    if problems:
-        raise SCons.Errors.BuildError(node=target[0], errstr=f"{target[0]}: not deployable: " + "; ".join(problems))
+        message = str(error)
+    if message:
+        if os.path.lexists(partial):
+            os.unlink(partial)  # a program that is not deployable is not kept, not even as a leftover
+        raise SCons.Errors.BuildError(node=target[0], errstr=message)
     return 0
 
 
@@ -755,6 +807,7 @@ def _program_emitter(target, source, env):
     targets = selected_targets(env)
     _check_tools_for(env, targets)
     _check_link_tools_for(env, targets)
+    _warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
     devices = _deploy_devices(env)
     if devices:
         from offload_builders.selection import parse_device
