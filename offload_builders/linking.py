@@ -596,7 +596,8 @@ def _device_link_memo(toolchain: Toolchain, key: GroupKey, flags: Sequence[str],
     return str(toolchain.clang), key, tuple(flags), tuple(libraries)
 
 
-def _device_link_template(job: Sequence[str], inputs: Sequence[str], libraries: Sequence[str]) -> CommandTemplate | None:
+def _device_link_template(job: Sequence[str], inputs: Sequence[str],
+                          libraries: Sequence[str]) -> CommandTemplate | None:
     """``job`` with our probe inputs (one run, in order), library placeholders and output turned into
     slots, or None."""
     positions = [index for index, arg in enumerate(job) if arg in inputs]

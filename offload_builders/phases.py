@@ -388,12 +388,12 @@ class PhaseModel:
             raise ToolchainError(f"{self.driver(language)} -### printed no host front-end/embed job for OpenMP offload;"
                                  " is this Clang 19 with OpenMP offload support?")
         triples = ",".join(HOST_OFFLOAD_TRIPLES)
-        common = dict(value_slots={"-main-file-name": "main_file_name"},
-                      replace_prefix={"-fopenmp-targets=": triples})
+        names, targets = {"-main-file-name": "main_file_name"}, {"-fopenmp-targets=": triples}
         return HostSteps(
-            frontend=_template(frontend, input_slot="source", dependencies=True, **common),
-            embed=_template(embed, input_slot="host_bc",
-                            prefix_slots={"-fembed-offload-object=": "package"}, **common),
+            frontend=_template(frontend, input_slot="source", dependencies=True, value_slots=names,
+                               replace_prefix=targets),
+            embed=_template(embed, input_slot="host_bc", prefix_slots={"-fembed-offload-object=": "package"},
+                            value_slots=names, replace_prefix=targets),
         )
 
     def _device_steps(self, target: TargetID, language: str, flags: Sequence[str]) -> DeviceSteps:

@@ -286,8 +286,9 @@ def test_cache_dir_gives_back_every_node_and_per_target_hits(project, tmp_path):
 def test_target_flag_keys_that_match_no_target_are_a_warning(project, variable):
     """A key for another spelling of a target (``gfx90a:xnack+`` while building ``gfx90a``) or for a target
     not in this build: one warning naming the key, the targets and the likely one; the build goes on."""
+    table = '{"gfx90a:xnack+": ["-O3"], "sm_90": ["-O3"], "x86_64": []}'
     (project.root / "SConstruct").write_text(project.root.joinpath("SConstruct").read_text().replace(
-        "SConscript(", f'env["{variable}"] = {{"gfx90a:xnack+": ["-O3"], "sm_90": ["-O3"], "x86_64": []}}\nSConscript('))
+        "SConscript(", f'env["{variable}"] = {table}\nSConscript('))
     build = project.scons("archs=x86_64,gfx90a")
     warnings = [line for line in build.output.splitlines() if "matches no target" in line]
     assert len(warnings) == 2, build.output
