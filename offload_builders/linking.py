@@ -25,7 +25,7 @@ import json
 import mmap
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -558,6 +558,7 @@ __all__ = [
     "host_runtime_arguments",
     "read_device_inputs",
     "registered_entries",
+    "render_device_link",
     "scan_link_inputs",
     "select_device_files",
     "targets_compatible",
@@ -572,55 +573,97 @@ __all__ = [
 
 _PROBE_INPUT = "__offload_link_probe_input_{}.o"
 _PROBE_OUTPUT = "__offload_link_probe_output.img"
+_PROBE_LIBRARY = "__offload_link_probe_library_{}{}"
+#: Host-library words whose next word is the flag's value, not a file.
+_VALUE_FLAGS = frozenset({"-L", "-l", "-Xlinker", "-T", "-u", "-z", "-rpath", "-o"})
 #: In-process answers of :func:`probe_device_link` (a template, or None where the driver's job is not one
 #: plain command we can fill in).
 _DEVICE_LINK_JOBS: dict[tuple, CommandTemplate | None] = {}
 
 
+def _library_files(host_libraries: Sequence[str]) -> list[int]:
+    """The positions of the host-library words that are files (a library node given by path), not flags."""
+    return [index for index, word in enumerate(host_libraries)
+            if not word.startswith("-") and (index == 0 or host_libraries[index - 1] not in _VALUE_FLAGS)]
+
+
+def _probe_libraries(host_libraries: Sequence[str]) -> tuple[str, ...]:
+    """``host_libraries`` with every file replaced by a placeholder of the same suffix (the driver only
+    looks at the suffix): the probe runs in a scratch directory, and one answer serves every project."""
+    words = list(host_libraries)
+    for number, index in enumerate(_library_files(host_libraries)):
+        words[index] = _PROBE_LIBRARY.format(number, os.path.splitext(words[index])[1])
+    return tuple(words)
+
+
 def probe_device_link(toolchain: Toolchain, key: GroupKey, *, flags: Sequence[str] = ("-O2",),
-                      host_libraries: Sequence[str] = (), cache: ProbeCache | None = None) -> CommandTemplate | None:
+                      host_libraries: Sequence[str] = (), cache: ProbeCache | None = None,
+                      warn: Callable[[str], None] | None = None) -> CommandTemplate | None:
     """The one job the driver runs for :func:`device_link_command` (``ld.lld`` for AMDGPU and the host CPU,
-    ``clang-nvlink-wrapper`` for NVPTX), as a template with an ``inputs`` (a list) and an ``output`` slot.
+    ``clang-nvlink-wrapper`` for NVPTX), as a template with an ``inputs`` (a list) and an ``output`` slot,
+    and a ``library_<n>`` slot per file among ``host_libraries`` (fill it with :func:`render_device_link`).
 
     Running that job directly saves the driver's start and its search for GCC and CUDA, about 20 ms a
-    device link. Memoized; ``cache`` (with the per-user probe cache) keeps it across runs. None where the
-    driver prints anything but one job holding our inputs in order, and the output, as plain arguments.
+    device link. Every file of the probe is a placeholder in a scratch directory. Memoized; ``cache``
+    (with the per-user probe cache) keeps the answer across runs, a failure included: a driver that
+    rejects the probe is asked once, ``warn`` gets its command and message, and the link runs the driver
+    command (:func:`device_link_command`). None there and where the driver prints anything but one job
+    holding our inputs in order, and the output, as plain arguments.
     """
-    memo = _device_link_memo(toolchain, key, flags, host_libraries)
+    libraries = _probe_libraries(host_libraries)
+    memo = _device_link_memo(toolchain, key, flags, libraries)
     if memo not in _DEVICE_LINK_JOBS:
         inputs = [_PROBE_INPUT.format(index) for index in range(2)]
-        argv = device_link_command(toolchain, key, inputs, _PROBE_OUTPUT, flags=flags, host_libraries=host_libraries)
+        argv = device_link_command(toolchain, key, inputs, _PROBE_OUTPUT, flags=flags, host_libraries=libraries)
+        files = [*inputs, *(libraries[index] for index in _library_files(libraries))]
 
         def ask_driver() -> tuple[tuple[str, ...], ...]:
             with tempfile.TemporaryDirectory(prefix="offload-link-probe-") as scratch:
-                for name in inputs:
+                for name in files:
                     open(os.path.join(scratch, name), "wb").close()
                 done = run_driver([*argv, "-###"], scratch)
-            return tuple(tuple(job) for job in parse_driver_jobs(done.stderr)) if done.returncode == 0 else ()
+            if done.returncode == 0:
+                return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
+            if warn is not None:
+                errors = [line.strip() for line in done.stderr.splitlines() if "error" in line]
+                warn(f"the device-link probe failed, so the {key[1] or key[0]} device link runs the driver: "
+                     f"{' '.join(errors or done.stderr.strip().splitlines()[-1:])} (from: {' '.join([*argv, '-###'])})")
+            return ()  # remembered: the driver command is used, and the driver is not asked again
 
         cache_key = ProbeCache.key(argv[0], "device-link", tuple(argv[1:]), "") if cache is not None else ""
         jobs = remembered_jobs(cache_key, cache, ask_driver)
-        _DEVICE_LINK_JOBS[memo] = _device_link_template(jobs[0], inputs) if len(jobs) == 1 else None
+        _DEVICE_LINK_JOBS[memo] = _device_link_template(jobs[0], inputs, libraries) if len(jobs) == 1 else None
     return _DEVICE_LINK_JOBS[memo]
 
 
 def known_device_link(toolchain: Toolchain, key: GroupKey, *, flags: Sequence[str] = ("-O2",),
                       host_libraries: Sequence[str] = ()) -> CommandTemplate | None:
     """What :func:`probe_device_link` found in this process for these arguments, without probing."""
-    return _DEVICE_LINK_JOBS.get(_device_link_memo(toolchain, key, flags, host_libraries))
+    return _DEVICE_LINK_JOBS.get(_device_link_memo(toolchain, key, flags, _probe_libraries(host_libraries)))
+
+
+def render_device_link(job: CommandTemplate, inputs: Sequence[str], output: str,
+                       host_libraries: Sequence[str] = ()) -> list[str]:
+    """``job`` (from :func:`probe_device_link` for these ``host_libraries``) filled in for one link."""
+    files = {f"library_{number}": host_libraries[index]
+             for number, index in enumerate(_library_files(host_libraries))}
+    return job.render(inputs=inputs, output=output, **files)
 
 
 def _device_link_memo(toolchain: Toolchain, key: GroupKey, flags: Sequence[str],
-                      host_libraries: Sequence[str]) -> tuple:
-    return str(toolchain.clang), key, tuple(flags), tuple(host_libraries)
+                      libraries: Sequence[str]) -> tuple:
+    return str(toolchain.clang), key, tuple(flags), tuple(libraries)
 
 
-def _device_link_template(job: Sequence[str], inputs: Sequence[str]) -> CommandTemplate | None:
-    """``job`` with our probe inputs (one run, in order) and output turned into slots, or None."""
+def _device_link_template(job: Sequence[str], inputs: Sequence[str],
+                          libraries: Sequence[str]) -> CommandTemplate | None:
+    """``job`` with our probe inputs (one run, in order), library placeholders and output turned into
+    slots, or None."""
     positions = [index for index, arg in enumerate(job) if arg in inputs]
-    if [job[index] for index in positions] != list(inputs) or positions != list(range(positions[0], positions[0] + len(inputs))) \
-            or job.count(_PROBE_OUTPUT) != 1:
+    if not positions or [job[index] for index in positions] != list(inputs) \
+            or positions != list(range(positions[0], positions[0] + len(inputs))) or job.count(_PROBE_OUTPUT) != 1:
         return None
+    library_slots = {libraries[index]: f"library_{number}" for number, index in enumerate(_library_files(libraries))}
     argv: list[Arg] = []
     for index, arg in enumerate(job):
         if index == positions[0]:
@@ -629,11 +672,14 @@ def _device_link_template(job: Sequence[str], inputs: Sequence[str]) -> CommandT
             continue
         elif arg == _PROBE_OUTPUT:
             argv.append(Slot("output"))
+        elif arg in library_slots:
+            argv.append(Slot(library_slots[arg]))
         elif "__offload_link_probe" in arg:
             return None  # a path derived from ours (a temporary file name): not a plain template
         else:
             argv.append(arg)
-    return CommandTemplate(tuple(argv))
+    template = CommandTemplate(tuple(argv))
+    return template if template.slots == {"inputs", "output", *library_slots.values()} else None
 
 
 # --------------------------------------------------------------------------------------------------

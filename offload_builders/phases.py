@@ -163,12 +163,37 @@ def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: 
             argv = [driver, "-###", *mode, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
             done = run_driver(argv, cwd)
         if done.returncode != 0:
-            message = " ".join(line.strip() for line in done.stderr.splitlines() if "error" in line) or done.stderr.strip()
-            raise ProbeError(f"{driver} rejected the {what} flags {' '.join(flags)}: {message}")
+            raise ProbeError(f"{driver_errors(done.stderr)} ({driver} -### rejected the {what} flags"
+                             f" {_shortened(' '.join(flags))})")
         return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
 
     key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
     return remembered_jobs(key, cache, ask_driver)
+
+
+def driver_errors(stderr: str) -> str:
+    """The driver's own diagnostics in ``-###`` output (``clang: error: ...``), each once, without the jobs it
+    printed around them (5 KB of ``-cc1`` lines that hide the one line that matters)."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith(' "')]
+    errors = [line for line in said if ": error: " in line or line.startswith("error: ")]
+    chosen = list(dict.fromkeys(errors)) or said[-3:]
+    return "; ".join(chosen) or "no message"
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit - 5] + " ..."
+
+
+#: Flags by which the driver itself would choose the offload targets; our nodes choose them per target.
+_TARGET_SELECTION_PREFIXES = ("--offload-arch=", "--no-offload-arch=", "-fopenmp-targets=", "--cuda-gpu-arch=",
+                              "--no-cuda-gpu-arch=")
+
+
+def target_selection_flags(flags: Iterable[str]) -> list[str]:
+    """The flags in ``flags`` that select offload targets (``--offload-arch=``, ``-fopenmp-targets=``...):
+    a build system that makes one node per target has its own list of targets, and such a flag would make
+    the driver print jobs for other targets besides the one probed."""
+    return [flag for flag in flags if flag.startswith(_TARGET_SELECTION_PREFIXES)]
 
 
 def run_driver(argv: Sequence[str], cwd: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -184,8 +209,9 @@ JobList = tuple[tuple[str, ...], ...]
 
 def remembered_jobs(key: str, cache: ProbeCache | None, ask_driver: Callable[[], JobList]) -> JobList:
     """The driver's jobs for ``key``: from ``cache``, else from the per-user probe cache (copied into
-    ``cache``), else ``ask_driver()``, then kept in both unless it found none (asked again next time).
-    Without ``cache`` nothing is read or kept."""
+    ``cache``), else ``ask_driver()``, then kept in both, an empty answer too (a probe that failed is
+    not asked again: that would start a process in every run, no-op builds included). Without ``cache``
+    nothing is read or kept."""
     if cache is None:
         return ask_driver()
     if (cached := cache.get(key)) is not None:
@@ -196,10 +222,9 @@ def remembered_jobs(key: str, cache: ProbeCache | None, ask_driver: Callable[[],
         cache.put(key, cached)
         return cached
     jobs = ask_driver()
-    if jobs:
-        cache.put(key, jobs)
-        if shared is not None and shared is not cache:
-            shared.put(key, jobs)
+    cache.put(key, jobs)
+    if shared is not None and shared is not cache:
+        shared.put(key, jobs)
     return jobs
 
 
@@ -211,13 +236,55 @@ def _tool_name(job: Sequence[str]) -> str:
     return os.path.basename(job[0])
 
 
+#: The ``-cc1`` options of a dependency file (``-MD``, ``-MMD``, ``-MF``, ``-MT``, ``-MQ``, ``-MP``, ``-MG``, ``-MV``
+#: as the driver forwards them): those followed by a value, then the bare ones.
+_DEPENDENCY_VALUE_OPTIONS = ("-dependency-file", "-MT")
+_DEPENDENCY_OPTIONS = ("-sys-header-deps", "-module-file-deps", "-MP", "-MG", "-MV")
+
+
+def _from_probe(arg: str) -> bool:
+    """Whether ``arg`` names a file of a probe: its scratch directory, or a driver temporary named after it."""
+    return _PROBE_STEM in arg or "offload-probe-" in arg
+
+
+def quote_make_target(path: str) -> str:
+    """``path`` as the driver writes it after ``-MT`` when it names the output itself (Clang's ``QuoteTarget``)."""
+    quoted: list[str] = []
+    for index, char in enumerate(path):
+        if char in " \t":
+            backslashes = len(path[:index]) - len(path[:index].rstrip("\\"))
+            quoted.append("\\" * backslashes + "\\")
+        elif char == "$":
+            quoted.append("$")
+        elif char == "#":
+            quoted.append("\\")
+        quoted.append(char)
+    return "".join(quoted)
+
+
+def dependency_values(template: CommandTemplate, output: str) -> dict[str, str]:
+    """The values of ``template``'s dependency slots for a job whose result is ``output`` (what the
+    user's ``-o`` would name): the driver's own ``-MT`` for it, and, for a bare ``-MD``/``-MMD``, its
+    dependency file (``output`` with the suffix ``.d``)."""
+    values = {}
+    if "dependency_target" in template.slots:
+        values["dependency_target"] = quote_make_target(output)
+    if "dependency_file" in template.slots:
+        values["dependency_file"] = os.path.splitext(output)[0] + ".d"
+    return values
+
+
 def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = None, output_slot: str = "output",
               value_slots: Mapping[str, str] | None = None, prefix_slots: Mapping[str, str] | None = None,
-              replace_prefix: Mapping[str, str] | None = None) -> CommandTemplate:
+              replace_prefix: Mapping[str, str] | None = None, dependencies: bool = False) -> CommandTemplate:
     """Turn a probed job into a template: the ``-o`` value, the input and named flags become slots.
 
     The input is ``input_value`` where given (ptxas puts ``-c`` after it), else the last argument
-    (cc1 jobs end in ``-x <lang> <input>``).
+    (cc1 jobs end in ``-x <lang> <input>``). A dependency file (``-MD`` and friends) stays where
+    ``dependencies`` is true, with the driver's names derived from the probe's output as the slots
+    ``dependency_target`` and ``dependency_file`` (see :func:`dependency_values`); elsewhere the job
+    writes none, so one source's nodes never write one file. Any other argument naming a probe file
+    is a :class:`ProbeError`: it would put a temporary path into a real command.
     """
     input_value = job[-1] if input_value is None else input_value
     value_slots = value_slots or {}
@@ -225,9 +292,20 @@ def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = 
     replace_prefix = replace_prefix or {}
     argv: list[Arg] = []
     skip_next = False
-    for arg in job:
+    for index, arg in enumerate(job):
         if skip_next:
             skip_next = False
+            continue
+        if arg in _DEPENDENCY_VALUE_OPTIONS and index + 1 < len(job) and arg not in value_slots:
+            skip_next = True
+            if dependencies:
+                value = job[index + 1]
+                slot = "dependency_target" if arg == "-MT" else "dependency_file"
+                argv.extend([arg, Slot(slot) if _from_probe(value) else value])
+            continue
+        if arg in _DEPENDENCY_OPTIONS:
+            if dependencies:
+                argv.append(arg)
             continue
         if arg == input_value:
             argv.append(Slot(input_slot))
@@ -250,6 +328,10 @@ def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = 
                     argv.append(prefix + replacement)
                     break
             else:
+                if _from_probe(arg):
+                    raise ProbeError(f"the driver's job names a temporary file of the probe ({arg}): a flag derives"
+                                     " a path from the output or the input, which build nodes cannot reproduce;"
+                                     " name that path in the flag instead")
                 argv.append(arg)
     return CommandTemplate(tuple(argv))
 
@@ -376,12 +458,12 @@ class PhaseModel:
             raise ToolchainError(f"{self.driver(language)} -### printed no host front-end/embed job for OpenMP offload;"
                                  " is this Clang 19 with OpenMP offload support?")
         triples = ",".join(HOST_OFFLOAD_TRIPLES)
-        common = dict(value_slots={"-main-file-name": "main_file_name"},
-                      replace_prefix={"-fopenmp-targets=": triples})
+        names, targets = {"-main-file-name": "main_file_name"}, {"-fopenmp-targets=": triples}
         return HostSteps(
-            frontend=_template(frontend, input_slot="source", **common),
-            embed=_template(embed, input_slot="host_bc",
-                            prefix_slots={"-fembed-offload-object=": "package"}, **common),
+            frontend=_template(frontend, input_slot="source", dependencies=True, value_slots=names,
+                               replace_prefix=targets),
+            embed=_template(embed, input_slot="host_bc", prefix_slots={"-fembed-offload-object=": "package"},
+                            value_slots=names, replace_prefix=targets),
         )
 
     def _device_steps(self, target: TargetID, language: str, flags: Sequence[str]) -> DeviceSteps:

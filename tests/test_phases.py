@@ -146,6 +146,17 @@ def test_rejected_flags_are_a_probe_error(model):
         model.device_steps(parse_target_id("x86_64"), "c++", ("--no-such-flag",))
 
 
+def test_a_rejected_configuration_shows_the_drivers_error_first_and_briefly(model):
+    """``-mcpu=`` on x86_64: the driver prints its error amid 5 KB of jobs; the message is the error line
+    and a short reminder of the flags, not the jobs."""
+    with pytest.raises(ProbeError) as caught:
+        model.host_steps("c++", ("-O1", "-mcpu=nosuchcpu"))
+    message = str(caught.value)
+    assert message.startswith("clang") and ": error: unsupported option '-mcpu=' for target" in message.split(" (")[0]
+    assert "-cc1" not in message and len(message) < 600, message
+    assert "-mcpu=nosuchcpu" in message
+
+
 def test_parse_driver_jobs_keeps_quoted_arguments():
     text = ' "/bin/clang" "-cc1" "-o" "a b.o"\nclang version 19\n "/bin/ptxas" "-c"\n'
     assert parse_driver_jobs(text) == [["/bin/clang", "-cc1", "-o", "a b.o"], ["/bin/ptxas", "-c"]]

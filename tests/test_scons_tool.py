@@ -200,6 +200,15 @@ def test_no_op_rebuild_runs_no_command(project):
     assert "is up to date" in again.output
 
 
+def test_a_dry_run_on_a_clean_tree_prints_every_command(project):
+    """``scons -n`` before anything is built: the device links print the driver's job (their inputs, which
+    the extract node would unpack, as a pattern) and the dry run succeeds."""
+    shown = project.scons("archs=x86_64,sm_80", "commands=1", "-n")
+    links = [line for line in shown.output.splitlines() if ".img.partial" in line]
+    assert len(links) == 2 and all(".img.inputs/*.o" in line for line in links), shown.output
+    assert not (project.root / "build").exists() or not any((project.root / "build").iterdir())
+
+
 def test_adding_a_target_compiles_only_that_target(project):
     project.scons("archs=x86_64,sm_80,gfx90a")
     added = project.scons("archs=x86_64,sm_80,gfx90a,sm_90")
@@ -271,6 +280,32 @@ def test_cache_dir_gives_back_every_node_and_per_target_hits(project, tmp_path):
     assert subset.count("HOST") == 0 and subset.count("DEVICE") == 0, subset.output
     assert any("gfx90a.dev.bc" in line for line in subset.retrieved)
     assert project.run_program().returncode == 0
+
+
+@pytest.mark.parametrize("variable", ["OFFLOAD_TARGET_FLAGS", "OFFLOAD_TARGET_LINKFLAGS"])
+def test_target_flag_keys_that_match_no_target_are_a_warning(project, variable):
+    """A key for another spelling of a target (``gfx90a:xnack+`` while building ``gfx90a``) or for a target
+    not in this build: one warning naming the key, the targets and the likely one; the build goes on."""
+    table = '{"gfx90a:xnack+": ["-O3"], "sm_90": ["-O3"], "x86_64": []}'
+    (project.root / "SConstruct").write_text(project.root.joinpath("SConstruct").read_text().replace(
+        "SConscript(", f'env["{variable}"] = {table}\nSConscript('))
+    build = project.scons("archs=x86_64,gfx90a")
+    warnings = [line for line in build.output.splitlines() if "matches no target" in line]
+    assert len(warnings) == 2, build.output
+    xnack, sm_90 = sorted(warnings)
+    assert f"{variable} key 'gfx90a:xnack+'" in xnack and "(gfx90a, x86_64)" in xnack
+    assert "did you mean 'gfx90a'" in xnack
+    assert f"{variable} key 'sm_90'" in sm_90 and "did you mean" not in sm_90
+    assert project.run_program().returncode == 0
+
+
+@pytest.mark.parametrize("flag", ["--offload-arch=sm_80", "-fopenmp-targets=nvptx64-nvidia-cuda"])
+def test_target_selection_in_the_compile_flags_is_one_clear_error(project, flag):
+    failed = project.scons(f"ccflags={flag}", check=False)
+    assert failed.returncode != 0 and failed.commands == []
+    errors = [line for line in failed.output.splitlines() if line.startswith("scons: ***")]
+    assert len(errors) == 1 and flag in errors[0] and "belong in $OFFLOAD_ARCHS" in errors[0], failed.output
+    assert "Traceback" not in failed.output
 
 
 @pytest.mark.parametrize("archs, expected", [
@@ -481,6 +516,15 @@ def test_deployment_devices_are_checked_at_link_time(project):
     assert not (project.root / "build" / "prog").exists()
     bad = project.scons("archs=x86_64", "deploy=gfx9999", check=False)
     assert bad.returncode != 0 and "OFFLOAD_DEPLOY_DEVICES" in bad.output and bad.commands == []
+
+
+def test_a_program_that_is_not_deployable_leaves_no_partial_file(project):
+    (project.root / "SConstruct").write_text(project.root.joinpath("SConstruct").read_text().replace(
+        'SConscript(', 'env["OFFLOAD_DEPLOY_DEVICES"] = ["gfx90a:xnack-"]\nSConscript('))
+    failed = project.scons("archs=x86_64,gfx90a:xnack+", check=False)
+    assert failed.returncode != 0 and "not deployable" in failed.output
+    assert sorted(p.name for p in (project.root / "build").glob("prog*") if not p.name.startswith("prog.")) == []
+    assert not list((project.root / "build").glob("*.partial")), list((project.root / "build").iterdir())
 
 
 def test_in_process_package_is_byte_identical_to_clang_offload_packager(project):

@@ -49,8 +49,10 @@ from offload_builders.phases import (
     DeviceSteps,
     HostSteps,
     PhaseModel,
+    dependency_values,
     language_of,
     portable_signature,
+    target_selection_flags,
 )
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -139,6 +141,36 @@ def _target_flags(env, target: TargetID, variable: str = "OFFLOAD_TARGET_FLAGS")
     return [str(flag) for flag in flags]
 
 
+class OffloadTargetKeyWarning(SCons.Warnings.WarningOnByDefault):
+    """A ``{target ID: flags}`` key that names no target of this build: its flags are not used."""
+
+
+#: (variable, key, targets) already warned about in this run.
+_WARNED_KEYS: set[tuple[str, str, tuple[TargetID, ...]]] = set()
+
+
+def _warn_unmatched_keys(env, variable: str, targets: Sequence[TargetID]) -> None:
+    """Warn once per run about each key of ``$<variable>`` that matches none of ``targets``, naming the
+    target it probably means (the same processor with other features): its flags would silently do
+    nothing. A warning, not an error: a table that covers more targets than one build selects (with
+    ``OFFLOAD_ARCHS`` from the command line) is normal."""
+    for key in (env.get(variable) or {}):
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        memo = (variable, str(key), tuple(targets))
+        if canonical in targets or memo in _WARNED_KEYS:
+            continue
+        _WARNED_KEYS.add(memo)
+        near = [str(tid) for tid in targets if tid.processor == canonical.processor]
+        hint = (f"; did you mean {' or '.join(repr(n) for n in near)}? A key names a target ID of OFFLOAD_ARCHS"
+                " exactly, features included" if near else "")
+        SCons.Warnings.warn(OffloadTargetKeyWarning,
+                            f"{variable} key {key!r} matches no target of this build"
+                            f" ({', '.join(str(tid) for tid in targets)}): its flags are not used{hint}")
+
+
 def _compile_flags(env, target, source, for_signature: bool, language: str) -> tuple[str, ...]:
     """The user's compile flags for a node, as the driver will see them."""
     text = "$OFFLOAD_FLAGS $CCFLAGS " + ("$CXXFLAGS" if language == "c++" else "$CFLAGS") + " $_CCCOMCOM"
@@ -158,15 +190,23 @@ def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     return [SCons.Subst.Literal(arg) for arg in argv]
 
 
+def _object_of(target) -> list:
+    """The fat object a compile node belongs to, as a target list: ``$TARGET`` in the user's compile flags
+    means it in every phase (``-MF ${TARGET}.d`` names one dependency file, written by the host front end),
+    and all phases of a source share one driver probe."""
+    obj = getattr(target[0].attributes, "offload_object", None) if target else None
+    return target if obj is None else [obj]
+
+
 def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
     language = language_of(str(source[0]))
-    return _model(env).host_steps(language, _compile_flags(env, target, source, for_signature, language))
+    return _model(env).host_steps(language, _compile_flags(env, _object_of(target), source, for_signature, language))
 
 
 def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
     language = language_of(str(source[0]))
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags = _compile_flags(env, target, source, for_signature, language) + tuple(_target_flags(env, tid))
+    flags = _compile_flags(env, _object_of(target), source, for_signature, language) + tuple(_target_flags(env, tid))
     return _model(env).device_steps(tid, language, flags)
 
 
@@ -209,7 +249,8 @@ class _Command:
 def _host_cc1(target, source, env, for_signature):
     steps = _host_steps(env, target, source, for_signature)
     return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
-                                 output=_partial(env, target[0]))
+                                 output=_partial(env, target[0]),
+                                 **dependency_values(steps.frontend, str(_object_of(target)[0])))
 
 
 @_Command
@@ -550,32 +591,51 @@ def _object_emitter(target, source, env):
         language = language_of(str(src))
         # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
         flags = _compile_flags(env, [obj], [src], False, language)
+        _warn_unmatched_keys(env, "OFFLOAD_TARGET_FLAGS", targets)
+        per_target = {tid: tuple(_target_flags(env, tid)) for tid in targets}
+        _check_no_target_selection(flags, "$OFFLOAD_FLAGS, $CCFLAGS, $CXXFLAGS/$CFLAGS or $CPPFLAGS", targets)
+        for tid, extra in per_target.items():
+            _check_no_target_selection(extra, f"$OFFLOAD_TARGET_FLAGS[{str(tid)!r}]", targets)
         model = _model(env)
         host = model.host_steps(language, flags)
-        plans = {tid: model.device_steps(tid, language, flags + tuple(_target_flags(env, tid))) for tid in targets}
+        plans = {tid: model.device_steps(tid, language, flags + extra) for tid, extra in per_target.items()}
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
     overrides = _command_dependency_overrides(env)
     host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src], **overrides)
     _depend_on_program(env, host_bc, overrides, host.frontend)
-    images = []
+    images, compiled = [], []
     for tid, steps in plans.items():
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
                                  [src] + host_bc, OFFLOAD_TARGET=str(tid), **overrides)
         _depend_on_program(env, device, overrides, steps.compile)
+        compiled.extend(device)
         if steps.assemble is not None:
             device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
                                        device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
             _depend_on_program(env, device, overrides, steps.assemble)
+            compiled.extend(device)
         images.extend(device)
     package = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
                                _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
                                _OFFLOAD_ORIGINAL_SOURCE=src)
+    for node in [*host_bc, *package, *compiled]:
+        node.attributes.offload_object = obj
     obj.attributes.offload_inputs = (host_bc[0], package[0])
     env.Depends(obj, host_bc + package)
     _depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
     return target, source
+
+
+def _check_no_target_selection(flags: Sequence[str], where: str, targets: Sequence[TargetID]) -> None:
+    """One clear error for a flag that chooses offload targets itself (``--offload-arch=``): the tool makes
+    one node per target of ``$OFFLOAD_ARCHS``, and the driver would add that flag's targets to each."""
+    chosen = target_selection_flags(flags)
+    if chosen:
+        raise SCons.Errors.UserError(
+            f"{chosen[0]} in {where}: the offload targets belong in $OFFLOAD_ARCHS (now "
+            f"{','.join(str(tid) for tid in targets)}), e.g. OFFLOAD_ARCHS=['x86_64', 'sm_90']; remove the flag")
 
 
 def _command_dependency_overrides(env) -> dict:
@@ -709,6 +769,9 @@ def _device_link_cmd(target, source, env, for_signature):
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     if for_signature:
         inputs = [str(source[0])]
+    elif not os.path.exists(str(source[0])):
+        # Not extracted yet (scons -n on a clean tree): the command as it will run, its inputs as a pattern.
+        inputs = [os.path.join(_inputs_dir(env, target[0]), "*.o")]
     else:
         count = len(linking.read_device_inputs(str(source[0])))
         if count == 0:
@@ -719,7 +782,7 @@ def _device_link_cmd(target, source, env, for_signature):
     # The driver's own job, probed when the program was declared; the driver command if the flags differ now.
     job = linking.known_device_link(toolchain, key, flags=flags, host_libraries=host_libraries)
     if job is not None:
-        return job.render(inputs=inputs, output=_partial(env, target[0]))
+        return linking.render_device_link(job, inputs, _partial(env, target[0]), host_libraries)
     return linking.device_link_command(toolchain, key, inputs, _partial(env, target[0]),
                                        flags=flags, host_libraries=host_libraries)
 
@@ -745,7 +808,8 @@ def _probe_device_link(node, tid: TargetID) -> None:
         for for_signature in (False, True):
             flags, host_libraries = _device_link_arguments(env, tid, targets, sources, for_signature)
             linking.probe_device_link(_toolchain(env), linking.group_key(tid), flags=flags,
-                                      host_libraries=host_libraries, cache=_model(env).cache)
+                                      host_libraries=host_libraries, cache=_model(env).cache,
+                                      warn=functools.partial(SCons.Warnings.warn, OffloadLinkWarning))
     except OffloadError as error:
         raise _user_error(error) from None
 
@@ -825,12 +889,16 @@ def _check_deployment(target, source, env) -> int:
         return 0
     from offload_builders.selection import check_deployment
 
+    partial = _partial(env, target[0])
     try:
-        problems = check_deployment(_partial(env, target[0]), devices, llvm_version=_toolchain(env).major)
+        problems = check_deployment(partial, devices, llvm_version=_toolchain(env).major)
+        message = f"{target[0]}: not deployable: " + "; ".join(problems) if problems else ""
     except OffloadError as error:
-        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
-    if problems:
-        raise SCons.Errors.BuildError(node=target[0], errstr=f"{target[0]}: not deployable: " + "; ".join(problems))
+        message = str(error)
+    if message:
+        if os.path.lexists(partial):
+            os.unlink(partial)  # a program that is not deployable is not kept, not even as a leftover
+        raise SCons.Errors.BuildError(node=target[0], errstr=message)
     return 0
 
 
@@ -866,6 +934,7 @@ def _program_emitter(target, source, env):
     targets = selected_targets(env)
     _check_tools_for(env, targets)
     _check_link_tools_for(env, targets)
+    _warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
     devices = _deploy_devices(env)
     if devices:
         from offload_builders.selection import parse_device
