@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from test_scons_tool import SCONS, Build, Project
 
 pytestmark = pytest.mark.slow
@@ -133,7 +132,7 @@ def traced(tmp_path, strace):
         log.parent.mkdir()
         done = subprocess.run([strace, "-ff", "-qq", "-v", "-s", "65536", "-e", "trace=execve",
                                "-e", "status=successful", "-e", "signal=none", "-o", str(log), SCONS, "-Q", *args],
-                              cwd=project.root, capture_output=True, text=True, env=env)
+                              cwd=project.root, capture_output=True, text=True, env=env, check=False)
         build = Build(done.returncode, done.stdout + done.stderr)
         assert done.returncode == 0, build.output
         processes = read_trace(log)
