@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from offload_builders.hip_phases import HipPhaseModel
-from offload_builders.phases import SIGNATURE_TOP, portable_signature
+from offload_builders.phases import SIGNATURE_TOP, ProbeError, portable_signature
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import find_toolchain
 from test_hip import Sample
@@ -107,14 +107,13 @@ def test_signatures_are_equal_in_two_checkouts_exactly_where_the_objects_are(tmp
         assert any(str(first) in word for word in host1)
 
 
-def test_gcov_files_keep_the_checkout_in_the_signature(tmp_path):
-    """``--coverage`` writes absolute ``.gcno``/``.gcda`` names into the compile: never portable."""
+def test_gcov_coverage_is_one_clear_error_not_a_probe_path_in_a_command(tmp_path):
+    """``--coverage`` derives ``.gcno``/``.gcda`` names from the probe's output: no node could reproduce
+    them, so the probe says so (and a plain compile stays portable)."""
     root = _checkout(tmp_path / "proj")
     model = HipPhaseModel(find_toolchain(), root)
-    argv = model.host_steps(("-nogpulib", "-nogpuinc", "--coverage")).compile.render(
-        source="src/k.hip", main_file_name="k.hip", output="k.o", fatbin="k.hipfb", cuid="0123456789abcdef")
-    assert portable_signature(argv, str(root)) == argv
-    assert f"-fdebug-compilation-dir={root}" in argv
+    with pytest.raises(ProbeError, match=r"-coverage-notes-file=.*__offload_probe__\.gcno"):
+        model.host_steps(("-nogpulib", "-nogpuinc", "--coverage"))
     plain = model.host_steps(("-nogpulib", "-nogpuinc")).compile.render(
         source="src/k.hip", main_file_name="k.hip", output="k.o", fatbin="k.hipfb", cuid="0123456789abcdef")
     assert f"-fdebug-compilation-dir={SIGNATURE_TOP}" in portable_signature(plain, str(root))
