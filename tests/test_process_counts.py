@@ -93,6 +93,8 @@ def read_trace(prefix: Path) -> list[Process]:
     processes = []
     for log in sorted(prefix.parent.glob(prefix.name + ".*"), key=lambda path: int(path.suffix[1:])):
         for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("???("):
+                continue  # a thread caught mid-syscall as its process ended or exec'd: strace cannot name it
             match = _EXECVE.match(line)
             assert match, f"unexpected strace line in {log}: {line[:200]}"
             argv = tuple(_unescape(arg) for arg in _STRING.findall(match.group(2)))
