@@ -54,6 +54,7 @@ from offload_builders.phases import (
     portable_signature,
     target_selection_flags,
 )
+from offload_builders.scons.external import link_builder
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import Toolchain, find_toolchain, probe_cache
@@ -1007,7 +1008,7 @@ def generate(env, **kwargs: Any) -> None:
         src_suffix=list(LANGUAGE_BY_SUFFIX),
         single_source=True,
     )
-    env["BUILDERS"]["OffloadStaticLibrary"] = SCons.Builder.Builder(
+    env["BUILDERS"]["OffloadStaticLibrary"] = link_builder(
         action=_phase_action("AR") + SCons.Action.Action("$RANLIBCOM", "$RANLIBCOMSTR") if env.get("RANLIB")
         else _phase_action("AR"),
         prefix="$LIBPREFIX",
@@ -1016,7 +1017,7 @@ def generate(env, **kwargs: Any) -> None:
         src_builder="OffloadObject",
         emitter=CLEAN_LEFTOVERS,
     )
-    env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
+    env["BUILDERS"]["OffloadProgram"] = link_builder(
         action=SCons.Action.ListAction([
             SCons.Action.Action(_check_registered_entries, None),
             _REMOVE_STALE,
