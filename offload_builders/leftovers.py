@@ -28,6 +28,7 @@ import re
 import shutil
 import threading
 from collections.abc import Iterable, Sequence
+from typing import TextIO
 
 
 def llvm_extension(name: str) -> str:
@@ -135,7 +136,7 @@ class UnrecordedOutputs:
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._file = None
+        self._file: TextIO | None = None
 
     def recover(self) -> list[str]:
         """Delete the outputs an interrupted earlier build journaled, and the journal; returns them."""
