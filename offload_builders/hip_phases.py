@@ -24,14 +24,24 @@ Two facts make per-target nodes possible, and ``tests/test_hip.py`` checks both 
 * with ``-cuid`` pinned, no job depends on the command line as a whole (the driver otherwise hashes
   it, ``-o`` included, into the CUID that host and device code share).
 
+Which headers, device libraries and runtime a HIP build uses is found here as the driver finds them
+(:func:`default_flags`, :func:`hip_installation`, :func:`hip_runtime_library`): with ROCm installed
+(Debian: ``libamdhip64-dev``, ``rocm-device-libs``) a HIP source builds with ROCm's ``hip_runtime.h``
+and device libraries and a program links ``libamdhip64``, as ``clang++ --hip-link`` does; without it,
+``-nogpuinc``/``-nogpulib`` keep a source that brings its own declarations buildable.
+
 This module has no SCons imports.
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import platform
+import sysconfig
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from offload_builders import device_libraries
 from offload_builders.errors import ToolchainError
 from offload_builders.phases import (
     CommandTemplate,
@@ -95,6 +105,107 @@ def check_targets(targets: Iterable[TargetID]) -> None:
                              f" {', '.join(others)}")
 
 
+#: The ROCm device libraries a HIP device compile links besides OpenMP's ``ocml`` and ``oclc_*`` set.
+HIP_DEVICE_LIBRARIES: tuple[str, ...] = ("hip.bc", "ockl.bc")
+#: User flags that choose the HIP headers (or none): with one of them the tool adds no ``-nogpuinc``.
+_INCLUDE_CHOICE_PREFIXES = ("-nogpuinc", "--hip-path=", "--rocm-path=")
+#: The HIP runtime library ``clang++ --hip-link`` links (``-L<HIP installation>/lib -lamdhip64``).
+HIP_RUNTIME_LIBRARY = "amdhip64"
+
+
+def _last_value(flags: Sequence[str], prefix: str) -> str | None:
+    values = [flag[len(prefix):] for flag in flags if flag.startswith(prefix)]
+    return values[-1] if values else None
+
+
+def _has_version_file(root: Path) -> bool:
+    """Whether ``root`` looks like a HIP installation to Clang 19 (``share/hip/version``, the parent's
+    ``share/hip/version`` except under ``/usr/local``, or ``bin/.hipVersion``)."""
+    files = [root / "share" / "hip" / "version", root / "bin" / ".hipVersion"]
+    if root != Path("/usr/local"):
+        files.append(root.parent / "share" / "hip" / "version")
+    return any(path.is_file() for path in files)
+
+
+def hip_root_candidates(toolchain: Toolchain) -> list[Path]:
+    """Where Clang 19 looks for a HIP installation when no flag or environment variable names one: its
+    own prefix and resource directory, the newest ``/opt/rocm-<version>``, ``/opt/rocm``, ``/usr/local``,
+    ``/usr``."""
+    versioned = sorted(Path("/opt").glob("rocm-*")) if Path("/opt").is_dir() else []
+    return [toolchain.bin_dir.parent, toolchain.resource_dir, *versioned[-1:],
+            *map(Path, device_libraries.ROCM_ROOT_CANDIDATES)]
+
+
+def hip_installation(toolchain: Toolchain, flags: Sequence[str] = (), environ: Mapping[str, str] | None = None,
+                     candidates: Sequence[Path] | None = None) -> Path | None:
+    """The HIP installation the driver uses for ``flags``: ``--hip-path``, else ``$HIP_PATH``, else
+    ``--rocm-path``, else ``$ROCM_PATH`` (each taken if it exists), else the first of ``candidates``
+    (default :func:`hip_root_candidates`) with a HIP version file; None without one."""
+    environ = os.environ if environ is None else environ
+    named = (_last_value(flags, "--hip-path=") or environ.get("HIP_PATH") or _last_value(flags, "--rocm-path=")
+             or environ.get("ROCM_PATH"))
+    if named:
+        return Path(named) if Path(named).exists() else None
+    for root in hip_root_candidates(toolchain) if candidates is None else candidates:
+        if root.is_dir() and _has_version_file(root):
+            return root
+    return None
+
+
+def include_flags(toolchain: Toolchain, flags: Sequence[str], environ: Mapping[str, str] | None = None,
+                  candidates: Sequence[Path] | None = None) -> tuple[str, ...]:
+    """``-nogpuinc`` where the driver would find no HIP installation (it would stop with "cannot find HIP
+    runtime"); nothing where it finds one or where ``flags`` or the environment choose."""
+    environ = os.environ if environ is None else environ
+    if any(flag.startswith(_INCLUDE_CHOICE_PREFIXES) for flag in flags) or environ.get("HIP_PATH") \
+            or environ.get("ROCM_PATH"):
+        return ()
+    return () if hip_installation(toolchain, flags, environ, candidates) is not None else ("-nogpuinc",)
+
+
+def device_library_flags(toolchain: Toolchain, target: TargetID, flags: Sequence[str],
+                         environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """What a HIP compile for ``target`` adds for ROCm's device libraries: OpenMP's choice
+    (:func:`offload_builders.device_libraries.device_library_flags`), and ``-nogpulib`` also where HIP's
+    own ``hip.bc`` or ``ockl.bc`` is missing; nothing where ``flags`` or the environment choose."""
+    # --hip-path names the headers and runtime, not the device libraries (the driver finds those without it).
+    flags = [flag for flag in flags if not flag.startswith("--hip-path=")]
+    if device_libraries.user_chooses(target, flags, environ):
+        return ()
+    chosen = device_libraries.device_library_flags(toolchain, target, flags, environ)
+    if "-nogpulib" in chosen:
+        return chosen
+    directory = device_libraries.rocm_bitcode_dir(toolchain)
+    if directory is None or not all((directory / name).is_file() for name in HIP_DEVICE_LIBRARIES):
+        return ("-nogpulib",)
+    return chosen
+
+
+def default_flags(toolchain: Toolchain, target: TargetID, flags: Sequence[str],
+                  environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The flags the tool adds to the user's ``flags`` for a HIP compile probed with ``target``: the device
+    libraries (:func:`device_library_flags`) and, without a HIP installation, ``-nogpuinc``."""
+    return (*device_library_flags(toolchain, target, flags, environ), *include_flags(toolchain, flags, environ))
+
+
+def _multiarch() -> str:
+    return sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+
+
+def hip_runtime_library(toolchain: Toolchain, flags: Sequence[str] = (),
+                        environ: Mapping[str, str] | None = None) -> Path | None:
+    """``libamdhip64.so`` of the HIP installation (:func:`hip_installation`), in its ``lib`` directory or
+    that directory's multiarch subdirectory (Debian: ``/usr/lib/x86_64-linux-gnu``); None without one."""
+    root = hip_installation(toolchain, flags, environ)
+    if root is None:
+        return None
+    name = f"lib{HIP_RUNTIME_LIBRARY}.so"
+    for directory in (root / "lib", root / "lib" / _multiarch()):
+        if (directory / name).exists():
+            return directory / name
+    return None
+
+
 @dataclass(frozen=True)
 class FatbinSpec:
     """The parameters of the driver's ``clang-offload-bundler`` job, shared by all targets."""
@@ -117,6 +228,12 @@ class HipDeviceSteps:
     link: CommandTemplate | None    # non-RDC: lld -> code object, slots: input, output; RDC: None
     bundle_id: str | None           # non-RDC: "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"; RDC: None
     image_spec: tuple[str, ...] | None  # RDC: the packager's key=value pairs except file=; else None
+
+    @property
+    def device_libraries(self) -> tuple[str, ...]:
+        """The bitcode libraries the device compile links (``-mlink-builtin-bitcode``): it depends on them."""
+        argv = self.compile.argv
+        return tuple(str(argv[i + 1]) for i, arg in enumerate(argv[:-1]) if arg == "-mlink-builtin-bitcode")
 
 
 @dataclass(frozen=True)
@@ -273,7 +390,9 @@ class HipPhaseModel:
 
 
 __all__ = [
+    "HIP_DEVICE_LIBRARIES",
     "HIP_LANGUAGE",
+    "HIP_RUNTIME_LIBRARY",
     "HIP_SUFFIXES",
     "HOST_PROBE_TARGET",
     "PROBE_CUID",
@@ -284,5 +403,11 @@ __all__ = [
     "HipPhaseModel",
     "check_flags",
     "check_targets",
+    "default_flags",
+    "device_library_flags",
+    "hip_installation",
+    "hip_root_candidates",
+    "hip_runtime_library",
+    "include_flags",
     "is_rdc",
 ]

@@ -38,8 +38,8 @@ pytestmark = pytest.mark.slow
 SCONS = str(Path(sys.executable).with_name("scons"))
 SOURCES = ("saxpy", "stencil")
 BASE_ARCHS = "gfx90a:xnack+,gfx942"
-#: What sample_project/hip/SConstruct passes to every compile (its OFFLOAD_FLAGS, CPPPATH and the
-#: $OFFLOAD_HIP_FLAGS default), for the one-command reference compiles.
+#: What sample_project/hip/SConstruct passes to every compile (its OFFLOAD_FLAGS, CPPPATH and its
+#: stub-runtime $OFFLOAD_HIP_FLAGS), for the one-command reference compiles.
 SAMPLE_FLAGS = ("-O2", "-Iinclude", "-nogpulib", "-nogpuinc")
 #: The sample's COMSTR labels -> phase.
 LABELS = {"device compile": "DEVICE", "device link": "DEVICELINK", "fat binary": "BUNDLE",

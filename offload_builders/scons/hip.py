@@ -33,11 +33,23 @@ The default is :func:`default_cuid` of the source's path, so it is deterministic
 Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK`` (an object's,
 or an RDC program's per target), ``BUNDLE`` (default: :func:`offload_bundle`, a Python action),
 ``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT`` (default :func:`offload_hip_extract`),
-``WRAP`` (default :func:`offload_hip_wrap`) and ``LINK``. The HIP runtime library comes from ``$LIBS``.
-Variables, set only where the user has not:
+``WRAP`` (default :func:`offload_hip_wrap`) and ``LINK``.
 
-* ``$OFFLOAD_HIP_FLAGS`` (``['-nogpulib', '-nogpuinc']``): driver flags of every HIP compile; the default
-  suits a machine without ROCm (kernels then include a minimal header of their own).
+Headers, device libraries and runtime are found as the driver finds them
+(:func:`offload_builders.hip_phases.default_flags`), per compile: with ROCm (Debian's ``libamdhip64-dev``
+and ``rocm-device-libs``) a source builds with ROCm's ``<hip/hip_runtime.h>`` and links ROCm's device
+libraries (``--rocm-device-lib-path``, which Debian's directory needs), and a program links the HIP
+runtime; ``-nogpuinc`` is added only where no HIP installation is found, ``-nogpulib`` only where the
+device libraries for a target are missing, and neither where the user's flags choose (``-nogpuinc``,
+``-nogpulib``, ``--rocm-path``, ``--rocm-device-lib-path``, ``--hip-path``, or ``$HIP_PATH``,
+``$ROCM_PATH``, ``$HIP_DEVICE_LIB_PATH``). Variables, set only where the user has not:
+
+* ``$OFFLOAD_HIP_FLAGS`` (``[]``): driver flags of every HIP compile. A machine without ROCm, or a
+  project with a HIP runtime of its own, sets ``['-nogpulib', '-nogpuinc']`` (sample_project/hip).
+* ``$OFFLOAD_HIP_RUNTIME`` (None): the libraries a program links for the HIP runtime. None links
+  ``libamdhip64`` of the HIP installation as ``clang++ --hip-link`` does (``-L<its directory>
+  -lamdhip64``), or nothing, with a warning, where there is none; a list links ``-l`` each (their
+  directories from ``$LIBPATH``), ``[]`` none.
 * ``$OFFLOAD_HIP_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_HIP_DEFAULT_CUID``).
 * ``$OFFLOAD_HIP_RDC`` (False): relocatable device code.
 * ``$OFFLOAD_HIP_COMPRESS`` (None, 2 or 3): write the fat binary compressed in that ``CCOB`` format
@@ -69,12 +81,16 @@ from offload_builders.formats.bundle import bundle
 from offload_builders.formats.compressed import CompressedWriter, CompressionOptions, Method
 from offload_builders.hip_phases import (
     HIP_SUFFIXES,
+    HIP_RUNTIME_LIBRARY,
+    HOST_PROBE_TARGET,
     RDC_FLAGS,
     FatbinSpec,
     HipDeviceSteps,
     HipHostSteps,
     HipPhaseModel,
     check_targets,
+    default_flags,
+    hip_runtime_library,
     is_rdc,
 )
 from offload_builders.toolchain import probe_cache
@@ -103,7 +119,8 @@ from offload_builders.targets import TargetID, parse_target_id
 #: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
 #: defaults, whose ``$_OFFLOAD_*`` callables this module replaces.
 _DEFAULTS: dict[str, Any] = {
-    "OFFLOAD_HIP_FLAGS": ["-nogpulib", "-nogpuinc"],
+    "OFFLOAD_HIP_FLAGS": [],
+    "OFFLOAD_HIP_RUNTIME": None,
     "OFFLOAD_HIP_CUID": "$_OFFLOAD_HIP_DEFAULT_CUID",
     "OFFLOAD_HIP_RDC": False,
     "OFFLOAD_HIP_COMPRESS": None,
@@ -164,14 +181,23 @@ def _original(env, source) -> list:
     return [original] if original is not None else [source[0]]
 
 
+def _with_defaults(env, tid: TargetID, flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` and what the tool adds to them for ``tid`` (ROCm's device libraries, ``-nogpuinc``
+    without a HIP installation; nothing the user's flags already choose)."""
+    return flags + default_flags(_toolchain(env), tid, flags)
+
+
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> HipDeviceSteps:
     tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
     flags = _hip_flags(env, target, source, for_signature) + tuple(_target_flags(env, tid))
-    return _hip_model(env).device_steps(tid, flags)
+    return _hip_model(env).device_steps(tid, _with_defaults(env, tid, flags))
 
 
 def _host_steps(env, target, source, for_signature: bool) -> HipHostSteps:
-    return _hip_model(env).host_steps(_hip_flags(env, target, source, for_signature))
+    """The host compile, probed with :data:`HOST_PROBE_TARGET` and that target's defaults (the host job does
+    not depend on the target, and the driver only checks the device libraries it is given)."""
+    flags = _hip_flags(env, target, source, for_signature)
+    return _hip_model(env).host_steps(_with_defaults(env, HOST_PROBE_TARGET, flags))
 
 
 def _cuid_value(steps_template, env, source) -> dict[str, str]:
@@ -426,6 +452,8 @@ def _object_emitter(target, source, env):
     for tid, steps in plans.items():
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")], [src],
                                  OFFLOAD_TARGET=str(tid))
+        if steps.device_libraries:  # a new ROCm release's libraries compile the device code again
+            env.Depends(device, [env.File(path) for path in steps.device_libraries])
         if steps.link is not None:
             device = _DEVICELINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device,
                                          OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
@@ -577,6 +605,7 @@ def _program_emitter(target, source, env):
         check_targets(targets)
     except OffloadError as error:
         raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+    _check_runtime(env, target, source)
     if not is_rdc(_hip_flags(env, target, source, False)):
         return target, source
     _check_device_linker(env)
@@ -605,9 +634,41 @@ def _wrapper_object(target, source, env, for_signature) -> list[str]:
 
 
 def _no_link_arguments(target, source, env, for_signature) -> list[str]:
-    """No OpenMP runtime and no offload targets on the host link line (the HIP runtime library, if any,
-    comes from ``$LIBS``)."""
+    """No OpenMP runtime and no offload targets on the host link line."""
     return []
+
+
+def _link_flags(env, target, source) -> tuple[str, ...]:
+    """The driver flags that name a HIP installation for a program's link: its compile and link flags."""
+    flags = _hip_flags(env, target, source, False)
+    return flags + tuple(str(flag) for flag in env.subst_list("$OFFLOAD_LINKFLAGS $LINKFLAGS", target=target,
+                                                               source=source)[0])
+
+
+def _hip_runtime(target, source, env, for_signature) -> list[str]:
+    """``$_OFFLOAD_HOST_RUNTIME`` of a HIP program: ``$OFFLOAD_HIP_RUNTIME``'s libraries, or (None) the HIP
+    installation's ``libamdhip64`` as ``clang++ --hip-link`` links it, nothing where there is none."""
+    value = env.get("OFFLOAD_HIP_RUNTIME")
+    if value is None:
+        found = hip_runtime_library(_toolchain(env), _link_flags(env, target, source))
+        return [] if found is None else [f"-L{found.parent}", f"-l{HIP_RUNTIME_LIBRARY}"]
+    return [f"-l{env.subst(str(name))}" for name in SCons.Util.flatten(value)]
+
+
+#: Programs already warned about a missing HIP runtime in this run.
+_WARNED_RUNTIME: set[str] = set()
+
+
+def _check_runtime(env, target, source) -> None:
+    """Say once, at read time, that a program links without the HIP runtime because none was found."""
+    if env.get("OFFLOAD_HIP_RUNTIME") is not None or str(target[0]) in _WARNED_RUNTIME:
+        return
+    if hip_runtime_library(_toolchain(env), _link_flags(env, target, source)) is None:
+        _WARNED_RUNTIME.add(str(target[0]))
+        SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP runtime (lib{HIP_RUNTIME_LIBRARY}.so of a HIP"
+                            " installation) found, so the program is linked without it; install it (Debian:"
+                            " apt-get install libamdhip64-dev), or set OFFLOAD_HIP_RUNTIME to the libraries to link"
+                            " ([] for none, which also silences this)")
 
 
 def generate(env) -> None:
@@ -623,8 +684,8 @@ def generate(env) -> None:
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
     env["_OFFLOAD_HIP_WRAP_SIG"] = _wrap_signature
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
-    for name in ("_OFFLOAD_LINK_TARGETS", "_OFFLOAD_HOST_RUNTIME"):
-        env[name] = _no_link_arguments  # the OpenMP link's extra arguments have no HIP counterpart
+    env["_OFFLOAD_LINK_TARGETS"] = _no_link_arguments  # the OpenMP link's targets have no HIP counterpart
+    env["_OFFLOAD_HOST_RUNTIME"] = _hip_runtime
     # The OpenMP link's extract and wrap functions, unless the user chose others.
     if env.get("OFFLOAD_EXTRACTCOM") is _tool.EXTRACT_IN_PROCESS:
         env["OFFLOAD_EXTRACTCOM"] = _HIP_EXTRACT_IN_PROCESS

@@ -1,7 +1,8 @@
 // hip_min.h: the few HIP runtime declarations the sample's kernels and launches need.
 //
-// The sample compiles with -nogpulib -nogpuinc: no ROCm is installed, so Clang's HIP wrapper headers
-// (which include ROCm's hip_runtime.h) are left out. What Clang 19 itself requires is small:
+// The sample compiles with -nogpulib -nogpuinc (its SConstruct sets them: it must build where no ROCm is
+// installed), so Clang's HIP wrapper headers (which include ROCm's hip_runtime.h) are left out. What
+// Clang 19 itself requires is small:
 //   * the attribute spellings (__global__, __device__, ...), normally from the HIP headers;
 //   * for `kernel<<<grid, block, shmem, stream>>>(...)`: a declaration of __hipPushCallConfiguration
 //     (called at the launch site) and of hipLaunchKernel (called by the host-side kernel stub, with
