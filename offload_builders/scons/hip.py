@@ -95,6 +95,7 @@ from offload_builders.hip_phases import (
 )
 from offload_builders.toolchain import probe_cache
 from offload_builders.scons import tool as _tool
+from offload_builders.scons.external import link_builder
 from offload_builders.scons.tool import (
     CLEAN_LEFTOVERS,
     _COMMIT,
@@ -705,7 +706,7 @@ def generate(env) -> None:
         single_source=True,
     )
     program = env["BUILDERS"]["OffloadProgram"]
-    env["BUILDERS"]["OffloadProgram"] = SCons.Builder.Builder(
+    env["BUILDERS"]["OffloadProgram"] = link_builder(
         action=program.action,
         emitter=[_program_emitter, CLEAN_LEFTOVERS],
         prefix="$PROGPREFIX",
