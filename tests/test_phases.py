@@ -20,6 +20,8 @@ from offload_builders.phases import (
 from offload_builders.targets import parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain
 
+from conftest import driver_library_flags
+
 SOURCE = r"""
 #include <cstdio>
 #pragma omp declare target
@@ -76,7 +78,7 @@ def test_fat_object_is_byte_identical_to_the_driver(model, archs):
     gpu = [str(t) for t in targets if t.kind != "host-cpu"]
     selection = ["-fopenmp-targets=x86_64-unknown-linux-gnu"] if not gpu else []
     if gpu:
-        selection += [f"--offload-arch={','.join(gpu)}", "-nogpulib"]
+        selection += [f"--offload-arch={','.join(gpu)}", *driver_library_flags(targets, FLAGS)]
     _run([str(model.toolchain.clangxx), "-fopenmp", *selection, *FLAGS, "-c", "kernel.cpp", "-o", "mono.o"], workdir)
     assert ours == (workdir / "mono.o").read_bytes()
 
