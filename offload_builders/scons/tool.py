@@ -868,13 +868,15 @@ def _probe_device_link(node, tid: TargetID) -> None:
 def _device_link_level(target, source, env, for_signature):
     """The default of ``$OFFLOAD_DEVICE_LINKFLAGS``: the device link's ``-O``, as the driver maps the link line's
     ``-O`` to ``clang-linker-wrapper --opt-level`` (``$OFFLOAD_LINKFLAGS $LINKFLAGS``), else the compile's
-    (``$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS``: a one-command build has it on its link line), else ``-O2``."""
+    (``$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS``, and ``$OFFLOAD_HIP_FLAGS`` for HIP: a one-command build has it on
+    its link line), else ``-O2``."""
     def words(text: str) -> list[str]:
         mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
         return [str(word) for word in env.subst_list(text, mode, target=target, source=source)[0]]
 
+    hip = " $OFFLOAD_HIP_FLAGS" if env.get("OFFLOAD_MODEL") == "hip" else ""
     return [linking.device_link_opt_flag(words("$OFFLOAD_LINKFLAGS $LINKFLAGS"),
-                                         words("$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS"))]
+                                         words("$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS" + hip))]
 
 
 def _target_link_flags(target, source, env, for_signature):
