@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import driver_library_flags
 
 from offload_builders.phases import (
     HOST_OFFLOAD_TRIPLES,
@@ -19,8 +20,6 @@ from offload_builders.phases import (
 )
 from offload_builders.targets import parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain
-
-from conftest import driver_library_flags
 
 SOURCE = r"""
 #include <cstdio>
