@@ -22,6 +22,7 @@ This module has no SCons imports.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -88,6 +89,18 @@ def user_chooses(target: TargetID, flags: Iterable[str], environ: Mapping[str, s
     return target.kind == "amdgpu" and any(environ.get(name) for name in _ROCM_ENVIRONMENT)
 
 
+def _offload_lto(flags: Sequence[str]) -> bool:
+    """Whether ``flags`` make device code bitcode for link-time optimization (the last of ``-foffload-lto[=...]``,
+    ``-fopenmp-target-jit`` and ``-fno-offload-lto``): NVPTX then links the OpenMP runtime only at link time."""
+    lto = False
+    for flag in flags:
+        if flag.startswith("-foffload-lto") or flag == "-fopenmp-target-jit":
+            lto = True
+        elif flag == "-fno-offload-lto":
+            lto = False
+    return lto
+
+
 def device_library_flags(toolchain: Toolchain, target: TargetID, flags: Sequence[str],
                          environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The flags we add to ``target``'s device compile so that it links the device libraries as the driver
@@ -102,46 +115,66 @@ def device_library_flags(toolchain: Toolchain, target: TargetID, flags: Sequence
                                        *map(Path, ROCM_ROOT_CANDIDATES)):
             return ()  # the driver finds them itself
         return (f"--rocm-device-lib-path={directory}",)
+    # NVPTX: the OpenMP runtime (not with offload LTO: then it is linked at link time) and libdevice. A flag of
+    # the user's for one of them means the user chooses: we add the other where found, never -nogpulib.
+    user_runtime = any(flag.startswith("--libomptarget-nvptx-bc-path=") for flag in flags)
+    user_cuda = any(flag.startswith("--cuda-path=") for flag in flags)
     added = []
-    if not any(flag.startswith("--libomptarget-nvptx-bc-path=") for flag in flags):
-        if not (toolchain.lib_dir / f"libomptarget-nvptx-{target.processor}.bc").is_file():
+    if not user_runtime and not _offload_lto(flags):
+        if (toolchain.lib_dir / f"libomptarget-nvptx-{target.processor}.bc").is_file():
+            added.append(f"--libomptarget-nvptx-bc-path={toolchain.lib_dir}")
+        elif not user_cuda:
             return ("-nogpulib",)
-        added.append(f"--libomptarget-nvptx-bc-path={toolchain.lib_dir}")
-    if not any(flag.startswith("--cuda-path=") for flag in flags):
-        if toolchain.cuda_path is None or not (toolchain.cuda_path / LIBDEVICE).is_file():
+    if not user_cuda:
+        if toolchain.cuda_path is not None and (toolchain.cuda_path / LIBDEVICE).is_file():
+            added.append(f"--cuda-path={toolchain.cuda_path}")
+        elif not user_runtime:
             return ("-nogpulib",)
-        added.append(f"--cuda-path={toolchain.cuda_path}")
     return tuple(added)
 
 
-#: Symbol prefixes of the device libraries, each with the library that defines them and how to get it.
-_LIBRARY_OF_PREFIX: tuple[tuple[str, str], ...] = (
-    ("__ocml_", "ROCm's ocml.bc (Debian: apt-get install rocm-device-libs)"),
-    ("__ockl_", "ROCm's ockl.bc (Debian: apt-get install rocm-device-libs)"),
-    ("__oclc_", "ROCm's oclc_*.bc control libraries (Debian: apt-get install rocm-device-libs)"),
-    ("__nv_", "CUDA's libdevice.10.bc ($CUDA_PATH/nvvm/libdevice) and the OpenMP runtime's "
-              "libomptarget-nvptx-<sm>.bc (libomp-19-dev)"),
+def linked_libraries(argv: Iterable[object]) -> list[str]:
+    """The files a ``-cc1`` job links as device libraries (the values of ``-mlink-builtin-bitcode`` and
+    ``-mlink-bitcode-file``), in order: what its output depends on besides its sources."""
+    words = [arg if isinstance(arg, str) else None for arg in argv]
+    return [value for flag, value in itertools.pairwise(words)
+            if flag in ("-mlink-builtin-bitcode", "-mlink-bitcode-file") and value is not None]
+
+
+_ROCM_ADVICE = ("ROCm's device libraries", "apt-get install rocm-device-libs", "--rocm-device-lib-path=DIR")
+#: Symbol prefixes of the device libraries: the library that defines them, what installs it, the flag naming it.
+_LIBRARY_OF_PREFIX: tuple[tuple[str, str, str, str, str], ...] = (
+    ("__ocml_", "ocml.bc", *_ROCM_ADVICE),
+    ("__ockl_", "ockl.bc", *_ROCM_ADVICE),
+    ("__oclc_", "the oclc_*.bc control libraries", *_ROCM_ADVICE),
+    ("__nv_", "libdevice.10.bc", ("CUDA ($CUDA_PATH/nvvm/libdevice) and the OpenMP runtime's "
+                                  "libomptarget-nvptx-<sm>.bc"), "a CUDA toolkit and apt-get install libomp-19-dev",
+     "--cuda-path=DIR and --libomptarget-nvptx-bc-path=DIR"),
 )
+#: How the device links name an undefined symbol: ld.lld (AMDGPU, the host CPU) and nvlink.
 _UNDEFINED_SYMBOL = re.compile(r"undefined (?:hidden )?symbol: (\S+)|Undefined reference to '([^']+)'")
+#: Where an SCons user names a library directory for a device compile.
+SCONS_FLAGS_HINT = "$OFFLOAD_TARGET_FLAGS[target]"
 
 
-def missing_library_hint(linker_output: str, target: str) -> str | None:
+def missing_library_hint(linker_output: str, target: str, where: str = SCONS_FLAGS_HINT) -> str | None:
     """For a device link that failed on device-library symbols, one line naming the symbol, the library and
-    what to do; None when its output names no such symbol."""
+    what to do (``where`` names the flags of the device compile); None when its output names no such symbol."""
     for match in _UNDEFINED_SYMBOL.finditer(linker_output):
         symbol = match.group(1) or match.group(2)
-        for prefix, library in _LIBRARY_OF_PREFIX:
+        for prefix, library, package, install, flag in _LIBRARY_OF_PREFIX:
             if symbol.startswith(prefix):
-                return (f"{target}: {symbol} is defined in {library}; it was not found when the device code was "
-                        f"compiled, so the compile had -nogpulib. Install it, or name its directory in "
-                        f"$OFFLOAD_TARGET_FLAGS (--rocm-device-lib-path=DIR for AMDGPU, --cuda-path=DIR and "
-                        f"--libomptarget-nvptx-bc-path=DIR for NVPTX), then build again")
+                return (f"{target}: undefined device-library symbol {symbol}, defined in {library} of {package}, "
+                        f"which its device code was compiled without (-nogpulib: not found when it was compiled, "
+                        f"or turned off). Install them (Debian: {install}), or name their directory in {where} "
+                        f"({flag}), then build again")
     return None
 
 
 __all__ = [
     "DEBIAN_ROCM_BITCODE",
     "device_library_flags",
+    "linked_libraries",
     "missing_library_hint",
     "missing_rocm_libraries",
     "rocm_bitcode_dir",

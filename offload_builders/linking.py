@@ -508,6 +508,26 @@ def _ptxas_opt_level(flags: Sequence[str]) -> str | None:
     return level
 
 
+def driver_opt_level(flags: Sequence[str]) -> str | None:
+    """The ``clang-linker-wrapper --opt-level`` the Clang 19 driver passes for the last ``-O`` among ``flags``
+    (its link line): ``-O0``..``-O3`` as they are, ``-O``/``-Og`` 1, ``-Os``/``-Oz`` 2, ``-O4``/``-Ofast`` 3,
+    any other value 0; None without an ``-O``, where the wrapper links at O2."""
+    level = None
+    for flag in flags:
+        if flag in ("-O4", "-Ofast"):
+            level = "O3"
+        elif flag.startswith("-O"):
+            value = flag[2:]
+            level = "O" + {"": "1", "1": "1", "2": "2", "3": "3", "s": "2", "z": "2", "g": "1"}.get(value, "0")
+    return level
+
+
+def device_link_opt_flag(link_flags: Sequence[str], compile_flags: Sequence[str] = ()) -> str:
+    """The ``-O`` of a device link: the driver's level for the link line's ``-O``, else for the compile's
+    (a one-command build, ``clang++ -O3 -fopenmp x.cpp``, has it on its link line), else ``-O2``."""
+    return "-" + (driver_opt_level(link_flags) or driver_opt_level(compile_flags) or "O2")
+
+
 def host_runtime_arguments(toolchain: Toolchain) -> list[str]:
     """What the host link needs for offloading without the linker wrapper: libomp and libomptarget."""
     return ["-fopenmp", f"-L{toolchain.lib_dir}", "-lomptarget"]
@@ -548,8 +568,10 @@ __all__ = [
     "check_entries",
     "defined_symbols",
     "device_link_command",
+    "device_link_opt_flag",
     "device_runtime",
     "device_symbols",
+    "driver_opt_level",
     "group_device_files",
     "group_key",
     "host_link_job",

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from offload_builders.device_libraries import device_library_flags
 from offload_builders.errors import ToolchainError
 from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain, user_cache
@@ -51,11 +52,6 @@ LANGUAGE_BY_SUFFIX: Mapping[str, str] = {
 }
 
 _PROBE_STEM = "__offload_probe__"
-
-#: Flags the monolithic driver needs on GPU targets here: no ROCm device libraries or CUDA libdevice
-#: are linked at compile time (the OpenMP device runtime comes in at link time).
-DEFAULT_GPU_FLAGS: tuple[str, ...] = ("-nogpulib",)
-
 
 class ProbeError(ToolchainError):
     """The driver rejected a configuration (bad flags, unsupported target) while we probed it."""
@@ -467,7 +463,8 @@ class PhaseModel:
         )
 
     def _device_steps(self, target: TargetID, language: str, flags: Sequence[str]) -> DeviceSteps:
-        extra = DEFAULT_GPU_FLAGS if target.kind != "host-cpu" else ()
+        # The GPU math and device libraries as the driver would link them (or -nogpulib where none are found).
+        extra = device_library_flags(self.toolchain, target, flags)
         jobs = self._jobs(language, (*flags, *extra, *selection_flags(target)))
         device = [job for job in jobs if _is_cc1(job) and "-fopenmp-is-target-device" in job]
         packagers = [job for job in jobs if _tool_name(job).startswith("clang-offload-packager")]

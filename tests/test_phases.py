@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import driver_library_flags
 
 from offload_builders.phases import (
     HOST_OFFLOAD_TRIPLES,
@@ -76,7 +77,7 @@ def test_fat_object_is_byte_identical_to_the_driver(model, archs):
     gpu = [str(t) for t in targets if t.kind != "host-cpu"]
     selection = ["-fopenmp-targets=x86_64-unknown-linux-gnu"] if not gpu else []
     if gpu:
-        selection += [f"--offload-arch={','.join(gpu)}", "-nogpulib"]
+        selection += [f"--offload-arch={','.join(gpu)}", *driver_library_flags(targets, FLAGS)]
     _run([str(model.toolchain.clangxx), "-fopenmp", *selection, *FLAGS, "-c", "kernel.cpp", "-o", "mono.o"], workdir)
     assert ours == (workdir / "mono.o").read_bytes()
 

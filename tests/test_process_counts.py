@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import driver_library_flags
 from test_scons_tool import SCONS, Build, Project
+
+from offload_builders.targets import parse_offload_archs
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +210,7 @@ def test_fat_objects_are_byte_identical_to_the_one_command_driver(project, archs
     if archs == "x86_64":  # the driver takes the host CPU device only as a triple
         selection = ["-fopenmp-targets=x86_64-unknown-linux-gnu"]
     else:
-        selection = [f"--offload-arch={archs}", "-nogpulib"]
+        selection = [f"--offload-arch={archs}", *driver_library_flags(parse_offload_archs(archs), PROJECT_FLAGS)]
     (project.root / "driver").mkdir()
     for stem in ("main", "scale"):
         subprocess.run(["/usr/lib/llvm-19/bin/clang++", "-fopenmp", *selection, *PROJECT_FLAGS, "-c",

@@ -33,6 +33,9 @@ SCONSTRUCT = textwrap.dedent("""
         OFFLOAD_ARCHS=ARGUMENTS.get("archs", "x86_64"),
         CPPPATH=["#include"],
         OFFLOAD_FLAGS=["-O1"],
+        # The device link would follow the compile's -O1, where Clang 19's AMDGPU back end crashes on this
+        # program (ld.lld, "Function register usage analysis"; `clang++ -O1` linking it crashes the same way).
+        OFFLOAD_DEVICE_LINKFLAGS=["-O2"],
     )
     for phase in %(phases)r if not ARGUMENTS.get("commands") else ():
         env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase

@@ -217,13 +217,18 @@ def _print(argv: Sequence[str]) -> None:
     print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
 
 
-def _run(argv: Sequence[str], verbose: bool) -> None:
+def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
+    """Run one command; a failed device link of ``target`` on a device-library symbol says which library."""
     if verbose:
         _print(argv)
     done = subprocess.run(list(argv), stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
-        raise UsageError(f"'{os.path.basename(argv[0])}' failed with exit code {done.returncode}")
+        from offload_builders.device_libraries import missing_library_hint
+
+        hint = missing_library_hint(done.stderr, target, "the compile flags") if target else None
+        raise UsageError(f"'{os.path.basename(argv[0])}' failed with exit code {done.returncode}"
+                         + (f": {hint}" if hint else ""))
     if done.stderr:
         sys.stderr.write(done.stderr)
 
@@ -273,11 +278,12 @@ def _link(opts: _Options) -> int:
                 from concurrent.futures import ThreadPoolExecutor  # (and logging): only when links run in parallel
 
                 with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
-                    for future in [pool.submit(_run, command, opts.verbose) for _, _, command in jobs]:
+                    for future in [pool.submit(_run, command, opts.verbose, key[1] or key[0])
+                                   for key, _, command in jobs]:
                         future.result()
             else:
-                for _, _, command in jobs:
-                    _run(command, opts.verbose)
+                for key, _, command in jobs:
+                    _run(command, opts.verbose, key[1] or key[0])
         wrapper = os.path.join(temp_root, f"{stem}.openmp.image.wrapper.o")
         if not opts.dry_run:
             objects = [item.path for item in inputs if os.path.isfile(item.path)]

@@ -26,6 +26,7 @@ import errno
 import functools
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -42,7 +43,7 @@ import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
-from offload_builders import leftovers, linking
+from offload_builders import device_libraries, leftovers, linking
 from offload_builders.errors import OffloadError
 from offload_builders.phases import (
     LANGUAGE_BY_SUFFIX,
@@ -72,7 +73,7 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_DEVICECOM": "$_OFFLOAD_DEVICE_CC1",
     "OFFLOAD_ASSEMBLECOM": "$_OFFLOAD_ASSEMBLE_CMD",
     "OFFLOAD_EMBEDCOM": "$_OFFLOAD_EMBED_CC1",
-    "OFFLOAD_DEVICE_LINKFLAGS": ["-O2"],
+    "OFFLOAD_DEVICE_LINKFLAGS": ["$_OFFLOAD_DEVICE_LINK_LEVEL"],  # the -O of the link or compile flags, else -O2
     "OFFLOAD_TARGET_LINKFLAGS": {},
     "OFFLOAD_DEPLOY_DEVICES": [],  # e.g. ["gfx90a:sramecc+:xnack-", "sm_90"]: each must find an image
     "OFFLOAD_DEVICELINKCOM": "$_OFFLOAD_DEVICE_LINK_CMD",
@@ -466,8 +467,49 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
 _SHELL_SPAWN = getattr(SCons.Platform.posix, "subprocess_spawn", None)
 
 
+class _DeviceLinkCommandAction(_PhaseCommandAction):
+    """``$OFFLOAD_DEVICELINKCOM``: a device link that fails on a device-library symbol (``__ocml_sin_f64``,
+    ``__nv_sinf``) ends with one line naming the library and what to install, rather than only the linker's
+    "undefined symbol" (see :func:`offload_builders.device_libraries.missing_library_hint`). Its messages
+    still reach the terminal as they come; they are kept to be read once it fails."""
+
+    def execute(self, target, source, env, executor=None):
+        if env.get("SPAWN") is not _SHELL_SPAWN or self._renderer(env) is None:
+            return super().execute(target, source, env, executor)
+        messages: list[str] = []
+        env = env.Override({"SPAWN": functools.partial(_spawn_keeping_stderr, messages), "ESCAPE": str})
+        status = super().execute(target, source, env, executor)
+        if status and messages:
+            hint = device_libraries.missing_library_hint("".join(messages), env.subst("$OFFLOAD_TARGET"))
+            if hint is not None and isinstance(status, SCons.Errors.BuildError):
+                status.errstr = hint  # SCons prints it in place of "Error 1"
+            elif hint is not None:
+                return SCons.Errors.BuildError(node=target[0] if target else None, errstr=hint, status=status,
+                                               exitstatus=status)
+        return status
+
+
 #: What a POSIX shell acts on in a word as SCons passes it (bare, or in "..." when it holds a space).
 _SHELL_ACTIVE = re.compile(r"""[\\"'$`*?\[~#;&|<>()\n]""")
+
+
+def _spawn_keeping_stderr(messages: list[str], shell: str, escape, command: str, args: list[str],
+                          environ: dict[str, str]) -> int:
+    """Like :func:`_spawn_argv`, with the command's standard error passed on and appended to ``messages``."""
+    argv = list(args)
+    if any(_SHELL_ACTIVE.search(arg) for arg in args):
+        argv = [shell, "-c", " ".join(SCons.Subst.quote_spaces(arg) for arg in args)]
+    try:
+        done = subprocess.run(argv, env=environ, stderr=subprocess.PIPE, close_fds=True, check=False)
+    except OSError as error:
+        print(f"{args[0]}: {error.strerror}", file=sys.stderr)
+        return 127 if error.errno == errno.ENOENT else 126
+    text = done.stderr.decode(errors="replace")
+    if text:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    messages.append(text)
+    return done.returncode
 
 
 def _spawn_argv(shell: str, escape, command: str, args: list[str], environ: dict[str, str]) -> int:
@@ -611,6 +653,7 @@ def _object_emitter(target, source, env):
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
                                  [src] + host_bc, OFFLOAD_TARGET=str(tid), **overrides)
         _depend_on_program(env, device, overrides, steps.compile)
+        depend_on_device_libraries(env, device, steps.compile)
         compiled.extend(device)
         if steps.assemble is not None:
             device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
@@ -651,8 +694,8 @@ def _command_dependency_overrides(env) -> dict:
 
 
 def program_stamp(program: str) -> str:
-    """What identifies an installed program for rebuilds: its resolved path, size and modification time
-    (a package update changes them; the toolchain cache keys on the same)."""
+    """What identifies an installed program (or device library) for rebuilds: its resolved path, size and
+    modification time (a package update changes them; the toolchain cache keys on the same)."""
     resolved = os.path.realpath(program)
     try:
         status = os.stat(resolved)
@@ -665,6 +708,14 @@ def _depend_on_program(env, nodes, overrides: dict, template) -> None:
     program = str(template.argv[0]) if template is not None and template.argv else ""
     if overrides and os.path.isabs(program):
         env.Depends(nodes, env.Value(program_stamp(program)))
+
+
+def depend_on_device_libraries(env, nodes, template) -> None:
+    """Make compile nodes depend on the device libraries their command links (``-mlink-builtin-bitcode``:
+    ROCm's ocml/oclc, libdevice, the NVPTX OpenMP runtime), each by its stamp, so an upgraded library
+    package rebuilds them. SCons would not see them otherwise: they are arguments, not sources."""
+    for path in device_libraries.linked_libraries(template.argv if template is not None else ()):
+        env.Depends(nodes, env.Value(program_stamp(path)))
 
 
 class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
@@ -815,6 +866,20 @@ def _probe_device_link(node, tid: TargetID) -> None:
         raise _user_error(error) from None
 
 
+def _device_link_level(target, source, env, for_signature):
+    """The default of ``$OFFLOAD_DEVICE_LINKFLAGS``: the device link's ``-O``, as the driver maps the link line's
+    ``-O`` to ``clang-linker-wrapper --opt-level`` (``$OFFLOAD_LINKFLAGS $LINKFLAGS``), else the compile's
+    (``$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS``, and ``$OFFLOAD_HIP_FLAGS`` for HIP: a one-command build has it on
+    its link line), else ``-O2``."""
+    def words(text: str) -> list[str]:
+        mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+        return [str(word) for word in env.subst_list(text, mode, target=target, source=source)[0]]
+
+    hip = " $OFFLOAD_HIP_FLAGS" if env.get("OFFLOAD_MODEL") == "hip" else ""
+    return [linking.device_link_opt_flag(words("$OFFLOAD_LINKFLAGS $LINKFLAGS"),
+                                         words("$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS" + hip))]
+
+
 def _target_link_flags(target, source, env, for_signature):
     """``$OFFLOAD_TARGET_LINKFLAGS[target]``: device-link flags for one target ID."""
     return _target_flags(env, parse_target_id(env.subst("$OFFLOAD_TARGET")), "OFFLOAD_TARGET_LINKFLAGS")
@@ -845,12 +910,13 @@ def _host_runtime(target, source, env, for_signature):
     return linking.host_runtime_arguments(_toolchain(env))
 
 
-def _function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | None = None) -> SCons.Action.ListAction:
+def _function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | None = None,
+                    command: type[_PhaseCommandAction] = _PhaseCommandAction) -> SCons.Action.ListAction:
     """Like :func:`_phase_action` for phases whose ``$OFFLOAD_<PHASE>COM`` may be a Python function
     (``varlist``: what its signature reads, default :data:`_FUNCTION_PHASE_VARLIST`)."""
     return SCons.Action.ListAction([
         _REMOVE_STALE, *before,
-        _PhaseCommandAction(phase, _FUNCTION_PHASE_VARLIST if varlist is None else varlist),
+        command(phase, _FUNCTION_PHASE_VARLIST if varlist is None else varlist),
         _COMMIT, *after,
     ])
 
@@ -873,7 +939,7 @@ PACKAGE_IN_PROCESS = in_process_action(_package_in_process, "PACKAGE", ["_OFFLOA
 _EXTRACT_BUILDER = SCons.Builder.Builder(action=_function_phase("EXTRACT"), emitter=CLEAN_LEFTOVERS)
 _DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=_function_phase(
     "DEVICELINK", before=[SCons.Action.Action(_unpack_device_inputs, None)],
-    after=[SCons.Action.Action(_remove_inputs_dir, None)]),
+    after=[SCons.Action.Action(_remove_inputs_dir, None)], command=_DeviceLinkCommandAction),
     emitter=clean_leftovers([".inputs"]))  # _inputs_dir: the unpacked inputs, a scratch directory
 _WRAP_BUILDER = SCons.Builder.Builder(action=_function_phase("WRAP"), emitter=CLEAN_LEFTOVERS)
 
@@ -993,6 +1059,7 @@ def generate(env, **kwargs: Any) -> None:
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
     env["_OFFLOAD_DEVICE_LINK_CMD"] = _device_link_cmd
     env["_OFFLOAD_TARGET_LINKFLAGS"] = _target_link_flags
+    env["_OFFLOAD_DEVICE_LINK_LEVEL"] = _device_link_level
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
     env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime
     _set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
