@@ -40,7 +40,7 @@ LIBDEVICE = "nvvm/libdevice/libdevice.10.bc"
 
 #: User flags that choose the device libraries (or none): with one of them we add nothing.
 _USER_CHOICE_PREFIXES = {
-    "amdgpu": ("-nogpulib", "--rocm-device-lib-path=", "--rocm-path=", "--hip-device-lib=", "--hip-path="),
+    "amdgpu": ("-nogpulib", "--rocm-device-lib-path=", "--rocm-path=", "--hip-device-lib="),
     "nvptx": ("-nogpulib", "-nocudalib"),
 }
 #: Environment variables through which the driver finds ROCm's libraries itself.

@@ -168,8 +168,6 @@ def device_library_flags(toolchain: Toolchain, target: TargetID, flags: Sequence
     """What a HIP compile for ``target`` adds for ROCm's device libraries: OpenMP's choice
     (:func:`offload_builders.device_libraries.device_library_flags`), and ``-nogpulib`` also where HIP's
     own ``hip.bc`` or ``ockl.bc`` is missing; nothing where ``flags`` or the environment choose."""
-    # --hip-path names the headers and runtime, not the device libraries (the driver finds those without it).
-    flags = [flag for flag in flags if not flag.startswith("--hip-path=")]
     if device_libraries.user_chooses(target, flags, environ):
         return ()
     chosen = device_libraries.device_library_flags(toolchain, target, flags, environ)
@@ -228,12 +226,6 @@ class HipDeviceSteps:
     link: CommandTemplate | None    # non-RDC: lld -> code object, slots: input, output; RDC: None
     bundle_id: str | None           # non-RDC: "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"; RDC: None
     image_spec: tuple[str, ...] | None  # RDC: the packager's key=value pairs except file=; else None
-
-    @property
-    def device_libraries(self) -> tuple[str, ...]:
-        """The bitcode libraries the device compile links (``-mlink-builtin-bitcode``): it depends on them."""
-        argv = self.compile.argv
-        return tuple(str(argv[i + 1]) for i, arg in enumerate(argv[:-1]) if arg == "-mlink-builtin-bitcode")
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ from offload_builders.scons.tool import (
     _target_flags,
     _toolchain,
     _user_error,
+    depend_on_device_libraries,
     selected_targets,
 )
 from offload_builders.targets import TargetID, parse_target_id
@@ -453,8 +454,7 @@ def _object_emitter(target, source, env):
     for tid, steps in plans.items():
         device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")], [src],
                                  OFFLOAD_TARGET=str(tid))
-        if steps.device_libraries:  # a new ROCm release's libraries compile the device code again
-            env.Depends(device, [env.File(path) for path in steps.device_libraries])
+        depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
         if steps.link is not None:
             device = _DEVICELINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device,
                                          OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
