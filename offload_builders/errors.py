@@ -37,7 +37,7 @@ class OffloadFormatError(OffloadError):
             where = f"{where}: offset {self.offset:#x}" if where else f"offset {self.offset:#x}"
         return f"{where}: {self.message}" if where else self.message
 
-    def located(self, path: str) -> "OffloadFormatError":
+    def located(self, path: str) -> OffloadFormatError:
         """Return a copy of this error that names ``path`` (used when a reader learns the file name late)."""
         clone = type(self)(self.message, path=path, offset=self.offset)
         return clone

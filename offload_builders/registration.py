@@ -672,7 +672,8 @@ def _patch_blobs(obj: bytes, blobs: Sequence[tuple[str, bytes]]) -> bytes:
         section = table.sections[symbol.st_shndx]
         start = section.sh_offset + symbol.st_value
         if (section.sh_type == SHT_NOBITS or symbol.st_size != len(data)
-                or symbol.st_value + len(data) > section.sh_size or out.count(0, start, start + len(data)) != len(data)):
+                or symbol.st_value + len(data) > section.sh_size
+                or out.count(0, start, start + len(data)) != len(data)):
             raise OffloadError(f"internal error: {name!r} is not a zero-filled {len(data)}-byte range in the object")
         out[start:start + len(data)] = data
     return bytes(out)

@@ -30,6 +30,7 @@ every one of them needs an image for the device.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -80,7 +81,8 @@ TIERS = (NATIVE, GENERIC, JIT)
 
 _ELFOSABI_AMDGPU_HSA = 64
 _EM_AMDGPU = 224
-#: ``e_ident[EI_ABIVERSION]`` of an ``ELFOSABI_AMDGPU_HSA`` file -> code-object version (ELFABIVERSION_AMDGPU_HSA_V2..V6).
+#: ``e_ident[EI_ABIVERSION]`` of an ``ELFOSABI_AMDGPU_HSA`` file -> code-object version
+#: (ELFABIVERSION_AMDGPU_HSA_V2..V6).
 _COV_OF_ABI = {0: 2, 1: 3, 2: 4, 3: 5, 4: 6}
 _SM = re.compile(r"^(sm|compute)_(\d+)([a-z]?)$")
 
@@ -206,7 +208,9 @@ def parse_capability(text: str, device: Device) -> Device:
     one replaces the default "any runtime"), or ``NAME=VALUE`` for a requirement of any other name."""
     tag = text.strip()
     if match := re.fullmatch(r"cov(\d+)", tag):
-        versions = device.code_object_versions if device.code_object_versions != ALL_CODE_OBJECT_VERSIONS else frozenset()
+        versions = device.code_object_versions
+        if versions == ALL_CODE_OBJECT_VERSIONS:
+            versions = frozenset()
         return replace(device, code_object_versions=versions | {int(match.group(1))})
     if tag in ("spirv", "no-spirv"):
         return replace(device, spirv=tag == "spirv")
@@ -535,7 +539,7 @@ def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19, display:
             entry_id = p.bundle_id or f"{p.kind}-{_four_field(p.triple)}-{p.arch}"
             image_kind = "elf" if p.image_kind in ("elf", "object") else p.image_kind
             images.append(_image(p.kind, p.triple, p.arch, image_kind, where, len(images), entry_id,
-                                 lambda p=p: _payload_head(p, fspath)))
+                                 functools.partial(_payload_head, p, fspath)))
     return [Module(origins[key], tuple(images)) for key, images in groups.items() if images]
 
 

@@ -372,6 +372,7 @@ def parse_target_id(text: str, *, llvm_version: int = DEFAULT_LLVM_VERSION) -> T
     _check_llvm_version(llvm_version)
     processor, features = parse_target_id_format(text)
 
+    accepted: tuple[str, ...]  # the target-ID features the processor takes (none but on AMDGPU)
     if processor in HOST_CPU_NAMES:
         canonical, accepted, kind_name = HOST_CPU_PROCESSOR, (), "the host CPU"
     elif (nv := _NVPTX_BY_NAME.get(processor)) is not None:

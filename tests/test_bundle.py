@@ -20,8 +20,7 @@ from itertools import product
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError
 from offload_builders.formats import bundle as B

@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from offload_builders.errors import TargetIDError
 from offload_builders.formats import bundle as bundle_mod

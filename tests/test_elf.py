@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from offload_builders.errors import BundleFormatError, OffloadFormatError
 from offload_builders.formats.elf import file_reader, read_sections
@@ -69,7 +68,8 @@ def test_shared_objects_and_executables(llvm19, tmp_path):
     source = tmp_path / "main.c"
     source.write_text("int main(void) { return 0; }\n")
     built = {}
-    for name, flags in {"pie": ["-fPIE", "-pie"], "nopie": ["-fno-PIE", "-no-pie"], "lib.so": ["-shared", "-fPIC"]}.items():
+    variants = {"pie": ["-fPIE", "-pie"], "nopie": ["-fno-PIE", "-no-pie"], "lib.so": ["-shared", "-fPIC"]}
+    for name, flags in variants.items():
         built[name] = tmp_path / name
         subprocess.run([str(llvm19("clang")), *flags, str(source), "-o", str(built[name])], check=True)
         _agree(built[name])

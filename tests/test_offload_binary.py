@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from offload_builders.errors import OffloadBinaryFormatError, OffloadFormatError
 from offload_builders.formats.containers import ContainerKind, extract_offload_binaries
@@ -144,7 +143,8 @@ def _random_spec(rng: random.Random) -> list[tuple[str, str | None]]:
                                            ("kind", rng.choice(["openmp", "cuda", "hip", "sycl", "bogus"]))]
     for key in keys:
         roll = rng.random()
-        value: str | None = None if roll < 0.1 else ("" if roll < 0.2 else "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))))
+        value: str | None = None if roll < 0.1 else (
+            "" if roll < 0.2 else "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))))
         pairs.append((key, value))
         if roll > 0.9:  # a repeated key: Clang joins the values with ','
             pairs.append((key, "again"))
@@ -174,7 +174,8 @@ def test_multiple_files_and_images_concatenate(tmp_path: Path, llvm19) -> None:
     assert ours_for(spec1) + ours_for(spec2) == (tmp_path / "c.pkg").read_bytes()
     binaries = read_offload_binaries(tmp_path / "c.pkg")
     assert [b.image_size for b in binaries] == [5, 10, 10]
-    assert binaries[2].string_map == {"feature": "+ptx63,+foo", "arch": "sm_70", "mykey": "", "triple": "nvptx64-nvidia-cuda"}
+    assert binaries[2].string_map == {"feature": "+ptx63,+foo", "arch": "sm_70", "mykey": "",
+                                      "triple": "nvptx64-nvidia-cuda"}
     assert [k for k, _ in binaries[2].strings] == ["feature", "arch", "mykey", "triple"]  # Clang's hash order
 
 
@@ -270,9 +271,12 @@ def test_clang_reads_what_we_write(tmp_path: Path, llvm19) -> None:
     ]
     write_offload_binaries(images, tmp_path / "ours.pkg")
     listing = run(llvm19("llvm-objdump"), "--offloading", tmp_path / "ours.pkg").stdout
-    assert "kind            cubin\narch            sm_80\ntriple          nvptx64-nvidia-cuda\nproducer        cuda" in listing
-    assert "kind            llvm ir\narch            gfx90a\ntriple          amdgcn-amd-amdhsa\nproducer        openmp" in listing
-    run(llvm19("clang-offload-packager"), tmp_path / "ours.pkg", "--image=feature=+xnack,feature=+sramecc", cwd=tmp_path)
+    assert ("kind            cubin\narch            sm_80\ntriple          nvptx64-nvidia-cuda\n"
+            "producer        cuda") in listing
+    assert ("kind            llvm ir\narch            gfx90a\ntriple          amdgcn-amd-amdhsa\n"
+            "producer        openmp") in listing
+    run(llvm19("clang-offload-packager"), tmp_path / "ours.pkg", "--image=feature=+xnack,feature=+sramecc",
+        cwd=tmp_path)
     assert (tmp_path / "ours-amdgcn-amd-amdhsa-gfx90a.0.bc").read_bytes() == (tmp_path / "dev.bc").read_bytes()
 
 
@@ -298,7 +302,8 @@ def built(tmp_path_factory: pytest.TempPathFactory, llvm19) -> dict[str, Path]:
     run(llvm19("llvm-ar"), "rcs", "--thin", "libthin.a", "fat.o", "gpu.o", cwd=d)
     # COFF has no section types: Clang finds ".llvm.offloading*" by name.
     (d / "k.cubin").write_bytes(b"cubin!")
-    run(llvm19("clang-offload-packager"), "-o", "cuda.pkg", "--image=file=k.cubin,triple=nvptx64-nvidia-cuda,arch=sm_80,kind=openmp",
+    run(llvm19("clang-offload-packager"), "-o", "cuda.pkg",
+        "--image=file=k.cubin,triple=nvptx64-nvidia-cuda,arch=sm_80,kind=openmp",
         "--image=file=k.cubin,triple=nvptx64-nvidia-cuda,arch=sm_90,kind=openmp", cwd=d)
     (d / "e.c").write_text("int f(void) { return 1; }\n")
     run(llvm19("clang"), "--target=x86_64-pc-windows-msvc", "-c", "e.c", "-o", "plain.obj", cwd=d)
@@ -322,7 +327,8 @@ def _clang_extract(llvm19, path: Path, workdir: Path) -> dict[str, bytes]:
     ("lto.o", [ContainerKind.BITCODE]),
     ("coff.obj", [ContainerKind.COFF_OBJECT] * 2),
 ])
-def test_extraction_matches_clang(built: dict[str, Path], tmp_path: Path, llvm19, name: str, kinds: list[ContainerKind]) -> None:
+def test_extraction_matches_clang(built: dict[str, Path], tmp_path: Path, llvm19, name: str,
+                                  kinds: list[ContainerKind]) -> None:
     found = extract_offload_binaries(built[name])
     assert [f.origin.container for f in found] == kinds
     expected = _clang_extract(llvm19, built[name], tmp_path / "clang")
@@ -457,7 +463,8 @@ def _corpus() -> dict[str, bytes]:
     count = MAX_NUM_STRINGS + 1
     big = bytearray(72 + count * 16 + 8)
     big[:72] = HEADER.pack(Magic=b"\x10\xff\x10\xad", Version=1, Size=len(big), EntryOffset=32, EntrySize=40) + \
-        ENTRY.pack(TheImageKind=0, TheOffloadKind=0, Flags=0, StringOffset=72, NumStrings=count, ImageOffset=0, ImageSize=0)
+        ENTRY.pack(TheImageKind=0, TheOffloadKind=0, Flags=0, StringOffset=72, NumStrings=count, ImageOffset=0,
+                   ImageSize=0)
     c["num-strings-over-limit"] = bytes(big)
     # Many entries pointing at one huge unterminated string.
     n = 4000
@@ -582,7 +589,8 @@ def container_samples(built: dict[str, Path]) -> dict[str, bytes]:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_property_mutated_containers_parse_or_raise_format_error(data: st.DataObject, container_samples: dict[str, bytes],
+def test_property_mutated_containers_parse_or_raise_format_error(data: st.DataObject,
+                                                                 container_samples: dict[str, bytes],
                                                                  tmp_path: Path) -> None:
     """Flipped bytes, overwritten words and truncation of real ELF/COFF/ar files: results or an
     OffloadFormatError that names the file -- never another exception (pyelftools' included)."""

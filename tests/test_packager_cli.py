@@ -64,7 +64,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, llvm19) -> Path:
 
 
 def differential(tool: Path, args: list[str], inputs: Path, tmp_path: Path, extra: list[str] = (),
-                 stdin: bytes | None = None) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
+                 stdin: bytes | None = None
+                 ) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
     """Run Clang's tool and ours with the same arguments in two empty directories; compare outputs."""
     results = []
     for name, cmd in (("clang", [tool]), ("ours", OURS + list(extra))):
@@ -82,7 +83,8 @@ BUNDLES = [
     ["-o", "out.pkg", "--image=file=@a.cubin,file=@b.s,triple=nvptx64-nvidia-cuda,arch=sm_70,kind=openmp",
      "--image=file=@k.bc,triple=amdgcn-amd-amdhsa,arch=gfx90a:xnack+,kind=hip,feature=+xnack,feature=+sramecc"],
     ["-o", "out.pkg", "--image=triple=x86_64-unknown-linux-gnu,file=@raw.bin,arch=,kind=openmp,bare,k=v=w"],
-    ["-o", "out.pkg", "--image=file=@lto.o,triple=nvptx64-nvidia-cuda,kind=bogus", "--image=file=@noext,triple=t,kind=cuda,kind=cuda"],
+    ["-o", "out.pkg", "--image=file=@lto.o,triple=nvptx64-nvidia-cuda,kind=bogus",
+     "--image=file=@noext,triple=t,kind=cuda,kind=cuda"],
     ["-o", "out.pkg", "--image=file=@b.s,triple=t," + ",".join(f"key{i}=value{i}" for i in range(70))],
     ["-o=out.pkg", "-image=file=@a.cubin,triple=t,,=empty-key"],
 ]
@@ -168,7 +170,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess[bytes], *needles: 
 
 @pytest.mark.parametrize("args,message", [
     (["-o", "o.pkg", "--image=file=@a.cubin"], "error: 'file' and 'triple' are required image arguments"),
-    (["-o", "o.pkg", "@two.pkg"], "error: Packaging to an output file and extracting from an input file are mutually exclusive."),
+    (["-o", "o.pkg", "@two.pkg"],
+     "error: Packaging to an output file and extracting from an input file are mutually exclusive."),
     (["-o", "o.pkg", "--image=file=nope.o,triple=t"], "error: 'nope.o': No such file or directory"),
     (["@two.pkg", "--archive", "--image=kind=cuda"], "error: Image must have a 'file' argument."),
     (["missing.pkg", "--image=kind=cuda"], "error: 'missing.pkg': No such file or directory"),

@@ -588,7 +588,7 @@ def test_end_to_end_two_images(llvm19: Tool, omp_two: OmpBuild, tmp_path: Path) 
 
 
 def test_cuda_fatbinary_command_is_clang22s(cuda22: GpuBuild, cuda: Tool, tmp_path: Path) -> None:
-    line = next(l for l in cuda22.log.splitlines() if "fatbinary" in l and "--create" in l)
+    line = next(text for text in cuda22.log.splitlines() if "fatbinary" in text and "--create" in text)
     theirs = shlex.split(line)
     ours = reg.cuda_fatbinary_command(theirs[0], [("sm_80", theirs[-1].rsplit("file=", 1)[1])], theirs[3])
     assert ours == theirs

@@ -249,7 +249,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory, llvm19, llvm22):
     jobs = {}
     for case in CASES:
         device = parse_device(case.device, case.caps)
-        for tier, query in device.queries():
+        for _tier, query in device.queries():
             for entry in case.entries:
                 jobs[((entry,), _request(_kind(entry), query))] = None
             jobs[(case.entries, _request(_kind(case.entries[0]), query))] = None
@@ -316,7 +316,8 @@ def test_requirements_of_an_image() -> None:
     reqs = image_requirements("hipv4", "amdgcn-amd-amdhsa", "gfx90a:xnack+:sramecc-")
     assert [str(r) for r in reqs] == ["runtime=hip", "triple=amdgcn-amd-amdhsa", "processor=gfx90a", "sramecc-",
                                       "xnack+", "cov4+"]
-    assert [str(r) for r in image_requirements("hip", "amdgcn-amd-amdhsa", "gfx908", code_object_version=3)][-1] == "cov3"
+    cov3 = image_requirements("hip", "amdgcn-amd-amdhsa", "gfx908", code_object_version=3)
+    assert [str(r) for r in cov3][-1] == "cov3"
     assert str(Requirement("cov", "2-3")) == "cov2-3"
 
 

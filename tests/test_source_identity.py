@@ -14,9 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_scons_tool import Project
 
 from offload_builders import linking
+from test_scons_tool import Project
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,8 @@ def test_a_recreated_header_with_a_target_region_reruns_the_host_front_ends_that
         }
     """))
     main = project.root / "src" / "main.cpp"
-    main.write_text('#include "twice.hpp"\n' + main.read_text().replace("return on_device", "return twice(2) == 4 && on_device"))
+    main.write_text('#include "twice.hpp"\n'
+                    + main.read_text().replace("return on_device", "return twice(2) == 4 && on_device"))
     project.scons("archs=gfx90a")
     recreate(project.root / "include" / "twice.hpp")
     build = project.scons("archs=gfx90a,x86_64")

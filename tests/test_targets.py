@@ -399,7 +399,7 @@ def test_parse_offload_archs_inputs() -> None:
     assert [t.kind for t in mixed] == ["amdgpu", "nvptx", "host-cpu"]
     from_list = parse_offload_archs(["gfx1030,gfx900", " gfx90a:xnack- ", "gfx90a:xnack+", "polaris10", "gfx803"])
     assert [str(t) for t in from_list] == ["gfx1030", "gfx803", "gfx900", "gfx90a:xnack+", "gfx90a:xnack-"]
-    assert parse_offload_archs((x for x in ["x86_64-unknown-linux-gnu", "x86_64"])) == (TargetID("x86_64"),)
+    assert parse_offload_archs(x for x in ["x86_64-unknown-linux-gnu", "x86_64"]) == (TargetID("x86_64"),)
     for empty in ("", " ", [], [""], ["", " "]):
         with pytest.raises(TargetIDError, match="no offload target IDs"):
             parse_offload_archs(empty)

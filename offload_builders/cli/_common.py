@@ -50,9 +50,10 @@ def run_guarded(prog: str, body: Callable[[], int], *, user_errors: tuple[type[B
 
     ``user_errors`` are further exception types whose message is meant for the user as it is.
     """
+    expected: tuple[type[BaseException], ...] = (UsageError, OffloadError, *user_errors)
     try:
         return body()
-    except (UsageError, OffloadError, *user_errors) as exc:
+    except expected as exc:
         message = str(exc)
     except OSError as exc:
         message = os_message(exc)

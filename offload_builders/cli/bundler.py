@@ -13,16 +13,15 @@ import os
 import sys
 from collections.abc import Sequence
 
+from offload_builders.cli._common import run_guarded
+from offload_builders.errors import OffloadError
+from offload_builders.formats import bundle as bundle_mod
+
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
-from offload_builders.cli._common import run_guarded
-from offload_builders.errors import OffloadError
-from offload_builders.formats import bundle as bundle_mod
-
-if TYPE_CHECKING:
     from offload_builders.formats.compressed import CompressionStats
 
 PROG: Final = "offload-bundler"
@@ -62,7 +61,7 @@ OPTIONS:
 
 ENVIRONMENT: OFFLOAD_BUNDLER_COMPRESS, OFFLOAD_BUNDLER_COMPRESSION_LEVEL, OFFLOAD_BUNDLER_VERBOSE,
   OFFLOAD_BUNDLER_IGNORE_ENV_VAR, COMPRESSED_BUNDLE_FORMAT_VERSION (2 or 3).
-"""
+"""  # noqa: E501 (the option lines are clang-offload-bundler's, word for word)
 
 
 class UsageError(OffloadError):
@@ -137,7 +136,7 @@ class Environment:
         self.warnings = warnings
 
     @classmethod
-    def read(cls, env: dict[str, str] | os._Environ[str]) -> "Environment":
+    def read(cls, env: dict[str, str] | os._Environ[str]) -> Environment:
         if env.get("OFFLOAD_BUNDLER_IGNORE_ENV_VAR") == "1":
             return cls()
         warnings = []
@@ -273,10 +272,10 @@ def _run(options: Options, env: Environment) -> int:
         from offload_builders.formats.compressed import CompressionOptions, Method
 
         compression = CompressionOptions(Method.ZSTD, level, env.version or 2)
-    result = bundle_mod.bundle(inputs, targets, outputs[0], file_type=file_type, bundle_align=alignment,
-                               compression=compression, print_external_commands=dry_run)
-    if verbose and result.compression is not None and compression is not None:
-        _report_stats([result.compression], compressing=True, level=compression.effective_level)
+    bundled = bundle_mod.bundle(inputs, targets, outputs[0], file_type=file_type, bundle_align=alignment,
+                                compression=compression, print_external_commands=dry_run)
+    if verbose and bundled.compression is not None and compression is not None:
+        _report_stats([bundled.compression], compressing=True, level=compression.effective_level)
     return 0
 
 

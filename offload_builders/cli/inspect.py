@@ -25,11 +25,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError as _Fail
-from offload_builders.cli._common import answered_help_or_version
-from offload_builders.cli._common import llvm_version_option
-from offload_builders.cli._common import os_message as _os_message
-from offload_builders.cli._common import run_guarded
+from offload_builders.cli._common import (
+    UsageError as _Fail,
+    answered_help_or_version,
+    llvm_version_option,
+    os_message as _os_message,
+    run_guarded,
+)
 from offload_builders.errors import OffloadError
 
 # The format modules are imported where they are used, so that --help and usage errors stay quick.

@@ -18,10 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError as _Fail
-from offload_builders.cli._common import answered_help_or_version
-from offload_builders.cli._common import llvm_version_option
-from offload_builders.cli._common import run_guarded
+from offload_builders.cli._common import UsageError as _Fail, answered_help_or_version, llvm_version_option, run_guarded
 from offload_builders.formats._io import atomic_output, llvm_stem
 from offload_builders.formats.offload_binary import (
     KindTable,
@@ -122,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(opts: _Options) -> int:
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders {__version__}; clang-offload-packager compatible)"):
+    version_line = f"{PROG} (offload-builders {__version__}; clang-offload-packager compatible)"
+    if answered_help_or_version(opts.help, opts.version, _HELP, version_line):
         return 0
     if opts.input and opts.output:
         raise _Fail("Packaging to an output file and extracting from an input file are mutually exclusive.")

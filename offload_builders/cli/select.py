@@ -15,10 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError as _Fail
-from offload_builders.cli._common import answered_help_or_version
-from offload_builders.cli._common import llvm_version_option
-from offload_builders.cli._common import run_guarded
+from offload_builders.cli._common import UsageError as _Fail, answered_help_or_version, llvm_version_option, run_guarded
 
 PROG = "offload-select"
 DEFAULT_LLVM_VERSION = 19

@@ -15,6 +15,7 @@ TYPE_CHECKING = False  # typing costs ~3 ms of start-up; annotations are strings
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
+    from typing import Self
 
 #: Bytes per step wherever data is copied or scanned through user space.
 CHUNK = 1 << 20
@@ -97,7 +98,7 @@ class Outputs:
         The default is an ``OSError`` that names the output, never the temporary file."""
         return OSError(exc.errno, exc.strerror, path)
 
-    def __enter__(self) -> Outputs:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

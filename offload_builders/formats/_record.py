@@ -13,7 +13,7 @@ from __future__ import annotations
 class Record:
     """Fields in ``__slots__``; equal when of the same class with equal fields; immutable."""
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def _init(self, *values: object) -> None:
         """Set the fields, in ``__slots__`` order (only ever from ``__init__``)."""
@@ -30,7 +30,7 @@ class Record:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     def __hash__(self) -> int:
         return hash(self._fields())

@@ -38,11 +38,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 
-# typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Final, Literal
-
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
 from offload_builders.formats import _io
 from offload_builders.formats._io import CHUNK, ShortReadError, copy_file_range_stream, write_all
@@ -63,6 +58,11 @@ from offload_builders.formats.compressed import (
     decompress_to,
     is_compressed,
 )
+
+# typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final, Literal
 
 MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
 MAGIC_STR: Final = MAGIC.decode()
@@ -540,7 +540,7 @@ class BundleInput:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.parts, self.whole, self.compression) == (other.parts, other.whole, other.compression)  # type: ignore[attr-defined]
+        return (self.parts, self.whole, self.compression) == (other.parts, other.whole, other.compression)
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a non-frozen dataclass
 
@@ -1042,7 +1042,7 @@ def _elf_symbols(region: FileRegion) -> list[bytes] | None:
     from elftools.elf.sections import SymbolTableSection
 
     try:
-        elf = ELFFile(region)
+        elf = ELFFile(region.as_binary_io())
         table = next((s for s in elf.iter_sections() if isinstance(s, SymbolTableSection)
                       and s["sh_type"] == "SHT_SYMTAB"), None)
         if table is None:
@@ -1201,7 +1201,8 @@ def _bitcode_symbols(region: FileRegion) -> list[bytes] | None:
             return None
         found = []
         for index in range(symbol_count):
-            name_at, name_size, _, _, _, flags = _IRSYM_SYMBOL.unpack_from(symtab, symbols_at + index * _IRSYM_SYMBOL.size)
+            at = symbols_at + index * _IRSYM_SYMBOL.size
+            name_at, name_size, _, _, _, flags = _IRSYM_SYMBOL.unpack_from(symtab, at)
             if not flags >> _FB_GLOBAL & 1 or flags >> _FB_UNDEFINED & 1 or flags >> _FB_FORMAT_SPECIFIC & 1:
                 continue
             if name_at + name_size > len(strtab):

@@ -40,13 +40,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
+from offload_builders.errors import TargetIDError
+from offload_builders.formats._record import Record
+
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
-
-from offload_builders.errors import TargetIDError
-from offload_builders.formats._record import Record
 
 #: Offload kinds ``OffloadTargetInfo::isOffloadKindValid`` accepts.
 VALID_KINDS: Final[tuple[str, ...]] = ("host", "openmp", "hip", "hipv4")
@@ -202,7 +202,7 @@ class TripleKey(Record):
         self._init(arch, sub_arch, vendor, os, environment, object_format)
 
     @classmethod
-    def parse(cls, triple: str) -> "TripleKey":
+    def parse(cls, triple: str) -> TripleKey:
         arch_name, vendor, os_name, env = split_triple(triple)
         arch = _parse_arch(arch_name)
         os_type = _parse_prefix(os_name, _OS_PREFIXES)
@@ -231,7 +231,7 @@ class TripleKey(Record):
             return "goff"
         return "elf"
 
-    def is_compatible_with(self, other: "TripleKey") -> bool:
+    def is_compatible_with(self, other: TripleKey) -> bool:
         """``Triple::isCompatibleWith``: equal enums, with ARM/Thumb and Apple leniencies."""
         arm_pairs = {("thumb", "arm"), ("arm", "thumb"), ("thumbeb", "armeb"), ("armeb", "thumbeb")}
         if (self.arch, other.arch) in arm_pairs:

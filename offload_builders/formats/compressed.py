@@ -26,14 +26,22 @@ import io
 import os
 import struct
 
-# typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Final
-
 from offload_builders.errors import BundleFormatError
 from offload_builders.formats._io import CHUNK, write_all
 from offload_builders.formats._record import Record
+
+# typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Final, Protocol
+
+    class Compressor(Protocol):
+        """A streaming compressor: a zlib or zstandard ``compressobj``, or any stream with these two methods."""
+
+        def compress(self, data: bytes, /) -> bytes: ...
+
+        def flush(self) -> bytes: ...
+
 
 # hashlib, zlib and zstandard are imported where they are used: reading and writing uncompressed
 # bundles (the common case) should not pay for them at start-up.
@@ -175,7 +183,7 @@ class FileRegion(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         want = min(len(buffer), self.size - self._pos)
         if want <= 0:
             return 0
@@ -188,6 +196,14 @@ class FileRegion(io.RawIOBase):
         """Up to ``size`` bytes at ``offset`` within the region."""
         size = max(0, min(size, self.size - offset))
         return os.pread(self.fd, size, self.start + offset) if size else b""
+
+    def as_binary_io(self) -> IO[bytes]:
+        """This region for a library whose annotations ask for ``IO[bytes]`` (zstandard's ``stream_reader``,
+        pyelftools' ``ELFFile``): they only read, seek and tell, which a raw stream does, but typeshed does not
+        count an ``io.RawIOBase`` as an ``IO[bytes]``."""
+        from typing import cast  # not at start-up; zstandard and pyelftools import typing anyway
+
+        return cast("IO[bytes]", self)
 
 
 def read_header(region: FileRegion, *, path: str | None = None, base_offset: int = 0) -> CompressedHeader:
@@ -327,7 +343,7 @@ def _decompressed_pieces(method: Method, payload: FileRegion):
     import zstandard
 
     if method is Method.ZSTD:
-        reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=True,
+        reader = zstandard.ZstdDecompressor().stream_reader(payload.as_binary_io(), read_across_frames=True,
                                                             closefd=False)
         while piece := reader.read(CHUNK):
             yield piece
@@ -358,10 +374,12 @@ class CompressedWriter:
 
     The header is written as a placeholder first and patched by :meth:`finish`, once the compressed
     size and the MD5 are known.  Sizes that do not fit the chosen version are refused (v1 and v2
-    hold 32-bit sizes; LLVM 19 silently truncated them).
+    hold 32-bit sizes; LLVM 19 silently truncated them).  ``zstd`` replaces zstandard's stream for the zstd
+    method (the HIP tool passes the system libzstd's, whose bytes are Clang's).
     """
 
-    def __init__(self, fd: int, uncompressed_size: int, options: CompressionOptions) -> None:
+    def __init__(self, fd: int, uncompressed_size: int, options: CompressionOptions, *,
+                 zstd: Compressor | None = None) -> None:
         if options.version in (1, 2) and uncompressed_size > _U32_MAX:
             raise BundleFormatError(
                 f"uncompressed size {uncompressed_size} exceeds the compressed bundle format version "
@@ -379,14 +397,22 @@ class CompressedWriter:
         self.fed = 0
         self.compressed = 0
         level = options.effective_level
-        if options.method is Method.ZSTD:
+        self._zstd: Compressor | None = None
+        self._zlib: Compressor | None = None
+        if options.method is not Method.ZSTD:
+            self._zlib = zlib.compressobj(level)
+        elif zstd is not None:
+            self._zstd = zstd
+        else:
             params = zstandard.ZstdCompressionParameters.from_level(
                 level, source_size=uncompressed_size, enable_ldm=True)
             self._zstd = zstandard.ZstdCompressor(compression_params=params).compressobj(size=uncompressed_size)
-            self._zlib = None
-        else:
-            self._zlib = zlib.compressobj(level)
-            self._zstd = None
+
+    def _stream(self) -> Compressor:
+        """The zstd stream if there is one, else zlib's (``__init__`` sets exactly one)."""
+        stream = self._zstd if self._zstd is not None else self._zlib
+        assert stream is not None
+        return stream
 
     def write(self, data: bytes) -> None:
         """Feed the next piece of the uncompressed bundle."""
@@ -394,8 +420,7 @@ class CompressedWriter:
             return
         self.fed += len(data)
         self.digest.update(data)
-        out = self._zstd.compress(data) if self._zstd is not None else self._zlib.compress(data)
-        self._emit(out)
+        self._emit(self._stream().compress(data))
 
     def copy_from(self, fd: int, offset: int, size: int) -> None:
         """Feed ``size`` bytes read from ``fd`` at ``offset``, a chunk at a time."""
@@ -416,8 +441,7 @@ class CompressedWriter:
         """Flush the stream, check the sizes against the version, and write the real header."""
         if self.fed != self.expected:
             raise BundleFormatError(f"compressed {self.fed} bytes but the bundle is {self.expected} bytes")
-        tail = self._zstd.flush() if self._zstd is not None else self._zlib.flush()
-        self._emit(tail)
+        self._emit(self._stream().flush())
         total = self.layout.size + self.compressed
         version = self.options.version
         if version == 2 and total > _U32_MAX:
@@ -435,7 +459,7 @@ class CompressedWriter:
         return CompressionStats(header)
 
 
-def compress_bytes(data: bytes, options: CompressionOptions = CompressionOptions()) -> bytes:
+def compress_bytes(data: bytes, options: CompressionOptions = CompressionOptions()) -> bytes:  # noqa: B008 (immutable)
     """Compress a small in-memory bundle (tests and tools; bundling itself streams)."""
     import tempfile
 

@@ -37,8 +37,8 @@ from typing import Any, BinaryIO
 
 from offload_builders.errors import OffloadError, OffloadFormatError
 from offload_builders.formats import _archive
-from offload_builders.formats.elf import file_reader, read_sections
 from offload_builders.formats._io import atomic_output, copy_file_range_stream, write_all
+from offload_builders.formats.elf import file_reader, read_sections
 from offload_builders.formats.offload_binary import MAGIC, OffloadBinary, iter_offload_binaries
 
 __all__ = [
@@ -207,7 +207,8 @@ def extract_offload_binaries(path: str | os.PathLike[str], *, include_shared_obj
 
     ``include_shared_objects=False`` skips ELF shared objects (not PIE executables), as
     ``clang-linker-wrapper`` does for its inputs. ``display`` is the name to report instead of ``path``
-    (e.g. "<stdin>" when the data came from standard input, as LLVM names it). Files that hold no offload data give ``[]``.
+    (e.g. "<stdin>" when the data came from standard input, as LLVM names it). Files that hold no offload
+    data give ``[]``.
     """
     fspath = os.fspath(path)
     walk = _Walk(include_shared_objects)
@@ -232,8 +233,8 @@ def _extract_region(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, 
         _extract_coff(walk, f, file, start, size, members, display)
     elif kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE):
         if depth >= _MAX_DEPTH:
-            raise OffloadFormatError(f"archives nested more than {_MAX_DEPTH} deep", path=_label(file, members, display),
-                                     offset=start)
+            raise OffloadFormatError(f"archives nested more than {_MAX_DEPTH} deep",
+                                     path=_label(file, members, display), offset=start)
         _extract_archive(walk, f, file, start, size, members, display, depth, kind is ContainerKind.THIN_ARCHIVE)
     elif kind is ContainerKind.BITCODE:
         f.seek(start)
@@ -297,14 +298,17 @@ def _extract_coff(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, me
     raw_table = f.read(count * _COFF_SECTION.size)
     for index in range(count):
         at = start + table + index * _COFF_SECTION.size
-        raw_name, _vsize, _vaddr, length, offset, *_rest = _COFF_SECTION.unpack_from(raw_table, index * _COFF_SECTION.size)
+        raw_name, _vsize, _vaddr, length, offset, *_rest = _COFF_SECTION.unpack_from(raw_table,
+                                                                                     index * _COFF_SECTION.size)
         name = _coff_section_name(f, raw_name, start, size, strings_at, label, at)
         if not name.startswith(b".llvm.offloading"):
             continue
         if offset > size or length > size - offset:
-            raise OffloadFormatError(f"section {name.decode(errors='replace')} data [{offset:#x}, {offset + length:#x}) "
-                                     f"runs past the end of the file", path=label, offset=at + 20)
-        origin = Origin(file, ContainerKind.COFF_OBJECT, members, name.decode("utf-8", "surrogateescape"), None, display)
+            raise OffloadFormatError(f"section {name.decode(errors='replace')} data "
+                                     f"[{offset:#x}, {offset + length:#x}) runs past the end of the file",
+                                     path=label, offset=at + 20)
+        section_name = name.decode("utf-8", "surrogateescape")
+        origin = Origin(file, ContainerKind.COFF_OBJECT, members, section_name, None, display)
         for binary in iter_offload_binaries(f, start + offset, start + offset + length, path=label):
             walk.results.append(FoundBinary(_with_path(binary, file), origin))
 
@@ -384,7 +388,7 @@ def _unescape_ir(text: str) -> bytes:
     raw = text.encode("latin-1")
     if b"\\" not in raw:
         return raw
-    return codecs.escape_decode(raw.replace(b"\\", b"\\x"))[0]  # type: ignore[no-any-return]
+    return codecs.escape_decode(raw.replace(b"\\", b"\\x"))[0]
 
 
 # llvmlite's LLVM is built with assertions, and damaged bitcode that passes the reader's own checks can
@@ -463,7 +467,7 @@ class _BitcodeChild:
     """
 
     _lock = threading.Lock()
-    _current: "_BitcodeChild | None" = None
+    _current: _BitcodeChild | None = None
 
     def __init__(self) -> None:
         import subprocess
@@ -681,7 +685,7 @@ class ArchiveMember:
     size: int
 
     @classmethod
-    def image_of(cls, found: FoundBinary) -> "ArchiveMember":
+    def image_of(cls, found: FoundBinary) -> ArchiveMember:
         """The raw image of a found binary, named like Clang names it (the buffer identifier)."""
         source = found.binary.data if found.binary.data is not None else found.origin.file
         return cls(found.origin.identifier, source, found.binary.image_offset, found.binary.image_size)
@@ -725,6 +729,7 @@ def _elf_symbols(member: ArchiveMember) -> list[bytes]:
 
     from elftools.common.utils import parse_cstring_from_stream
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     try:
         if isinstance(member.source, bytes):
@@ -737,7 +742,8 @@ def _elf_symbols(member: ArchiveMember) -> list[bytes]:
             elf = ELFFile(stream)
             names: list[bytes] = []
             for section in elf.iter_sections():
-                if section["sh_type"] != "SHT_SYMTAB":
+                # pyelftools makes every SHT_SYMTAB section a SymbolTableSection; the isinstance tells mypy.
+                if section["sh_type"] != "SHT_SYMTAB" or not isinstance(section, SymbolTableSection):
                     continue
                 strtab = elf.get_section(section["sh_link"])
                 for index in range(1, section.num_symbols()):

@@ -52,8 +52,8 @@ class _Layout:
 
 def _layout(order: str, address: str) -> _Layout:
     symbol = struct.Struct(f"{order}IBBHQQ" if address == "Q" else f"{order}IIIBBH")
-    return _Layout(struct.Struct(f"{order}HHI{address * 3}IHHHHHH"), struct.Struct(f"{order}II{address * 4}II{address * 2}"),
-                   struct.Struct(f"{order}I"), symbol)
+    return _Layout(struct.Struct(f"{order}HHI{address * 3}IHHHHHH"),
+                   struct.Struct(f"{order}II{address * 4}II{address * 2}"), struct.Struct(f"{order}I"), symbol)
 
 
 _LAYOUTS = {
@@ -217,8 +217,8 @@ def read_symbols(pread: Reader, size: int, table: ElfSections, *, path: str | No
                        ELFDATA2LSB if table.little_endian else ELFDATA2MSB)]
     entry = layout.symbol
     if symtab.sh_offset > size or symtab.sh_size > size - symtab.sh_offset:
-        raise fail(f"the symbol table [{symtab.sh_offset:#x}, {symtab.sh_offset + symtab.sh_size:#x}) runs past the end "
-                   f"of the file ({size:#x} bytes)", symtab.header_at)
+        raise fail(f"the symbol table [{symtab.sh_offset:#x}, {symtab.sh_offset + symtab.sh_size:#x}) runs past "
+                   f"the end of the file ({size:#x} bytes)", symtab.header_at)
     if symtab.sh_link >= len(table.sections):
         raise fail(f"the symbol table's sh_link {symtab.sh_link} names no section", symtab.header_at)
     strings_section = table.sections[symtab.sh_link]

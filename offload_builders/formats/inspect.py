@@ -18,8 +18,8 @@ This module combines
   known publicly (kind, architecture, payload offset and size, compression flag).
 
 Archives (GNU, BSD, thin, nested) are searched member by member. Nothing is loaded whole: ELF files are
-read through their section tables (:mod:`.elf`) on file windows, bundle headers are parsed in place, and compressed bundles are
-decompressed into temporary files that live as long as the :class:`Inspection`.
+read through their section tables (:mod:`.elf`) on file windows, bundle headers are parsed in place, and
+compressed bundles are decompressed into temporary files that live as long as the :class:`Inspection`.
 
 Every malformed structure ends in :class:`~offload_builders.errors.OffloadFormatError` naming the file
 (``lib.a(member.o)``, plus the section) and the absolute byte offset of the damage.
@@ -39,6 +39,7 @@ from offload_builders.formats._io import llvm_stem
 from offload_builders.formats.bundle import (
     MAGIC as BUNDLE_MAGIC,
     TEXT_COMMENTS,
+    BundleEntry,
     copy_range,
     find_llvm_objcopy,
     parse_binary_bundle,
@@ -197,7 +198,7 @@ class Inspection:
     def close(self) -> None:
         self._stack.close()
 
-    def __enter__(self) -> "Inspection":
+    def __enter__(self) -> Inspection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -286,10 +287,10 @@ class _Context:
             return llvm_stem(self.members[-1])
         return self.file_stem if self.file_stem is not None else llvm_stem(self.display)
 
-    def holding(self, container: str) -> "_Context":
+    def holding(self, container: str) -> _Context:
         return replace(self, container=container)
 
-    def member(self, name: str) -> "_Context":
+    def member(self, name: str) -> _Context:
         return replace(self, members=self.members + (name,))
 
 
@@ -456,6 +457,7 @@ class _Walker:
         head = region.pread(len(BUNDLE_MAGIC) + 64, 0)
         base = 0 if info is not None else region.start
         comment = _text_comment(head) if text_ok else None
+        entries: Sequence[BundleEntry]
         if head[:len(BUNDLE_MAGIC)] == BUNDLE_MAGIC:
             bundle = parse_binary_bundle(region, label=label, base=base)
             entries, extent, fmt = bundle.entries, bundle.end, "bundle"

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Union
 
 from offload_builders.errors import OffloadBinaryFormatError
+
 # atomic_output, copy_file_range_stream and write_all stay importable from here (they are in __all__).
 from offload_builders.formats._io import CHUNK, atomic_output, copy_file_range_stream, write_all
 
@@ -637,7 +638,7 @@ class OffloadBinary:
                 while remaining:
                     chunk = src.read(min(remaining, CHUNK))
                     if not chunk:
-                        raise OSError(errno.EIO, "input ended early (did it shrink while being copied?)")
+                        raise OSError(errno.EIO, "input ended early (did it shrink while being copied?)") from None
                     write_all(dst_fd, chunk)
                     remaining -= len(chunk)
                 return
@@ -869,9 +870,9 @@ class OffloadingImage:
         keys = [k for k, _ in self.strings]
         if len(set(keys)) != len(keys):
             raise ValueError("duplicate string keys (join repeated values with ',' first)")
-        for key, value in self.strings:
-            if "\0" in key or "\0" in value:
-                raise ValueError(f"string {key!r}={value!r} contains a NUL byte, which version 1 cannot store")
+        for key, text in self.strings:
+            if "\0" in key or "\0" in text:
+                raise ValueError(f"string {key!r}={text!r} contains a NUL byte, which version 1 cannot store")
 
 
 def _string_bytes(text: str) -> bytes:
@@ -927,7 +928,7 @@ def _llvm_extension(path: str) -> str:
     return "" if dot < 0 else name[dot + 1:]
 
 
-def packager_images(spec: str, table: "KindTable", resolve: Callable[[str], str] = lambda name: name
+def packager_images(spec: str, table: KindTable, resolve: Callable[[str], str] = lambda name: name
                     ) -> list[OffloadingImage]:
     """The images one ``clang-offload-packager --image=<spec>`` packages, as the packager builds them.
 

@@ -15,6 +15,7 @@ from typing import Any
 import SCons.Action
 import SCons.Builder
 import SCons.Node
+import SCons.Node.FS
 import SCons.Util
 
 
@@ -27,12 +28,15 @@ def sources_beside(env, target: list, source: list) -> list:
     ``env.OffloadObject`` in the directory of ``target[0]``."""
     top = env.Dir("#").get_abspath()
     first = target[0]
-    directory = (first if isinstance(first, SCons.Node.Node) else env.File(env.subst(str(first)))).dir
+    directory = (first if isinstance(first, SCons.Node.FS.Base) else env.File(env.subst(str(first)))).dir
     suffixes = set(env["BUILDERS"]["OffloadObject"].src_suffixes(env))
     object_suffix = env.subst("$OBJSUFFIX")
     result: list = []
     for item in SCons.Util.flatten(source):
-        node = item if isinstance(item, SCons.Node.Node) else env.File(env.subst(str(item)))
+        if isinstance(item, SCons.Node.Node) and not isinstance(item, SCons.Node.FS.Base):
+            result.append(item)  # an Alias or a Value: no file to compile
+            continue
+        node = item if isinstance(item, SCons.Node.FS.Base) else env.File(env.subst(str(item)))
         stem, suffix = os.path.splitext(node.name)
         if suffix in suffixes and not node.has_builder() and _outside(node.srcnode().get_abspath(), top):
             result.extend(env.OffloadObject(directory.File(stem + object_suffix), node))
