@@ -31,13 +31,27 @@ from pathlib import Path
 
 from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
-from offload_builders.formats.containers import (ContainerKind, FoundBinary, bitcode_linker_symbols,
-                                                 extract_offload_binaries, identify)
-from offload_builders.formats.elf import (STB_LOCAL, STB_WEAK, STT_FILE, STT_SECTION, STV_HIDDEN, STV_INTERNAL,
-                                          file_reader, read_sections, read_symbols)
+from offload_builders.formats.containers import (
+    ContainerKind,
+    FoundBinary,
+    bitcode_linker_symbols,
+    extract_offload_binaries,
+    identify,
+)
+from offload_builders.formats.elf import (
+    STB_LOCAL,
+    STB_WEAK,
+    STT_FILE,
+    STT_SECTION,
+    STV_HIDDEN,
+    STV_INTERNAL,
+    file_reader,
+    read_sections,
+    read_symbols,
+)
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
-from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.phases import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
+from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.
@@ -712,7 +726,8 @@ def _device_link_template(job: Sequence[str], inputs: Sequence[str],
 _DRIVER_HEADER_PREFIXES = ("Target: ", "Thread model: ", "InstalledDir: ", "Configuration file: ")
 
 
-def host_link_job(argv: Sequence[str], cwd: str, environ: Mapping[str, str], cache: ProbeCache) -> tuple[str, ...] | None:
+def host_link_job(argv: Sequence[str], cwd: str, environ: Mapping[str, str],
+                  cache: ProbeCache) -> tuple[str, ...] | None:
     """The one job (``ld.lld``, or the system linker) the driver runs for the host link ``argv`` in ``cwd``
     with ``environ``, so the link can run it without the driver's start (about 20 ms).
 

@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import driver_library_flags
 
+from conftest import driver_library_flags
 from offload_builders import linking
 from offload_builders.device_libraries import DEBIAN_ROCM_BITCODE, device_library_flags
 from offload_builders.targets import parse_offload_archs, parse_target_id

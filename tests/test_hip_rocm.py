@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
+from conftest import REPO_ROOT
 from offload_builders.device_libraries import DEBIAN_ROCM_BITCODE
 from offload_builders.hip_phases import (
     default_flags,

@@ -145,7 +145,8 @@ def test_lazy_rule_on_symbols():
     assert not table.add([DeviceSymbol("h", False, False, True)], is_archive=True, has_offload_kind=True)  # hidden
     assert table.add([DeviceSymbol("f", False, False, True)], is_archive=True, has_offload_kind=True)  # resolves f
     assert not table.add([DeviceSymbol("f", False, False, False)], is_archive=True, has_offload_kind=True)  # f known
-    assert table.add([DeviceSymbol("kernel", False, False, False)], is_archive=True, has_offload_kind=True)  # new global
+    # a new global
+    assert table.add([DeviceSymbol("kernel", False, False, False)], is_archive=True, has_offload_kind=True)
     assert not table.add([DeviceSymbol("other", False, False, False)], is_archive=True, has_offload_kind=False)
 
 
@@ -231,7 +232,8 @@ def test_device_bitcode_symbols_are_remembered_across_links(objects, tmp_path):
     """The device runtime's bitcode members are read by LLVM (in a child process) once per user, not once
     per link: the second link selects the same files without starting the child."""
     env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "cache"))
-    argv = [sys.executable, "-c", SELECT_IN_CHILD, str(objects / "gpu"), "/usr/lib/llvm-19/lib/libomptarget.devicertl.a"]
+    argv = [sys.executable, "-c", SELECT_IN_CHILD, str(objects / "gpu"),
+            "/usr/lib/llvm-19/lib/libomptarget.devicertl.a"]
     first = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
     second = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert first[0] == "True" and second[0] == "False"  # the child parsed bitcode only the first time

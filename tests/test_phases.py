@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import driver_library_flags
 
+from conftest import driver_library_flags
 from offload_builders.phases import (
     HOST_OFFLOAD_TRIPLES,
     PhaseModel,
@@ -88,7 +88,8 @@ def test_mixed_cpu_and_gpu_object_carries_every_image(model):
     obj = _build_by_phases(model, targets, workdir)
     listing = subprocess.run([str(model.toolchain.tool("llvm-objdump")), "--offloading", str(obj)],
                              capture_output=True, text=True, check=True).stdout
-    arches = [line.split()[1] if len(line.split()) > 1 else "" for line in listing.splitlines() if line.startswith("arch")]
+    arches = [line.split()[1] if len(line.split()) > 1 else ""
+              for line in listing.splitlines() if line.startswith("arch")]
     assert sorted(arches) == sorted(["", "sm_80", "gfx942", "gfx90a:xnack-"])
 
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import driver_library_flags
-from test_scons_tool import SCONS, Build, Project
 
+from conftest import driver_library_flags
 from offload_builders.targets import parse_offload_archs
+from test_scons_tool import SCONS, Build, Project
 
 pytestmark = pytest.mark.slow
 

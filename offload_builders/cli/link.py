@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import answered_help_or_version, UsageError, run_guarded
+from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
 
 PROG = "offload-link"
 
@@ -250,7 +250,8 @@ def _link(opts: _Options) -> int:
     if problems:
         raise linking.LinkError(problems[0] if len(problems) == 1 else "; ".join(problems))
 
-    temp_root = os.path.dirname(os.path.abspath(output)) if opts.save_temps else tempfile.mkdtemp(prefix="offload-link-")
+    temp_root = (os.path.dirname(os.path.abspath(output)) if opts.save_temps
+                 else tempfile.mkdtemp(prefix="offload-link-"))
     stem = os.path.basename(output)
     try:
         jobs = []
@@ -260,7 +261,8 @@ def _link(opts: _Options) -> int:
             linking.write_device_inputs(files, device_inputs)
             paths = linking.unpack_device_inputs(device_inputs, base + ".inputs")
             extra = [value for triple, value in opts.device_linker if triple in (None, key[0])]
-            host_libraries = [a for a in opts.linker_args if a.startswith(("-L", "-l"))] if key[0] == HOST_CPU_TRIPLE else []
+            host_libraries = ([a for a in opts.linker_args if a.startswith(("-L", "-l"))]
+                              if key[0] == HOST_CPU_TRIPLE else [])
             flags = [f"-{opts.opt_level}", *extra]
             # The driver's own job (ld.lld, clang-nvlink-wrapper), remembered per user: no driver start.
             job = linking.probe_device_link(toolchain, key, flags=flags, host_libraries=host_libraries,

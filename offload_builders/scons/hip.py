@@ -80,8 +80,8 @@ from offload_builders.errors import OffloadError
 from offload_builders.formats.bundle import bundle
 from offload_builders.formats.compressed import CompressedWriter, CompressionOptions, Method
 from offload_builders.hip_phases import (
-    HIP_SUFFIXES,
     HIP_RUNTIME_LIBRARY,
+    HIP_SUFFIXES,
     HOST_PROBE_TARGET,
     RDC_FLAGS,
     FatbinSpec,
@@ -93,18 +93,17 @@ from offload_builders.hip_phases import (
     hip_runtime_library,
     is_rdc,
 )
-from offload_builders.toolchain import probe_cache
 from offload_builders.scons import tool as _tool
 from offload_builders.scons.external import link_builder
 from offload_builders.scons.tool import (
-    CLEAN_LEFTOVERS,
     _COMMIT,
     _DEVICE_LINK_BUILDER,
     _REMOVE_STALE,
+    CLEAN_LEFTOVERS,
     OffloadLinkWarning,
     _check_tools_for,
-    _compile_flags,
     _Command,
+    _compile_flags,
     _partial,
     _phase_action,
     _scan,
@@ -117,6 +116,7 @@ from offload_builders.scons.tool import (
     selected_targets,
 )
 from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.toolchain import probe_cache
 
 #: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
 #: defaults, whose ``$_OFFLOAD_*`` callables this module replaces.
@@ -163,7 +163,8 @@ def _cuid(env, source) -> str:
 
 def _hip_model(env) -> HipPhaseModel:
     top = env.Dir("#").abspath
-    cache = probe_cache(os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE"))) if env.get("OFFLOAD_PROBE_CACHE") else None
+    cache = (probe_cache(os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE"))) if env.get("OFFLOAD_PROBE_CACHE")
+             else None)
     return HipPhaseModel(_toolchain(env), top, cache)
 
 

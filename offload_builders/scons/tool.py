@@ -464,7 +464,7 @@ class _PhaseCommandAction(SCons.Action.LazyAction):
         return " ".join(map(str, self._render(renderer, target, source, env, executor, True)))
 
 
-_SHELL_SPAWN = getattr(SCons.Platform.posix, "subprocess_spawn", None)
+_SHELL_SPAWN = SCons.Platform.posix.subprocess_spawn
 
 
 class _DeviceLinkCommandAction(_PhaseCommandAction):
@@ -624,7 +624,8 @@ def _check_tools_for(env, targets: Sequence[TargetID]) -> None:
 def _object_emitter(target, source, env):
     """Expand one fat object into host front end, per-target device nodes, package and embed."""
     if len(source) != 1:
-        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources for {target[0]}")
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
+                                     f" for {target[0]}")
     obj, src = target[0], source[0]
     targets = selected_targets(env)
     _check_tools_for(env, targets)
