@@ -43,8 +43,14 @@ SCONSTRUCT = textwrap.dedent("""
         objects = [env.OffloadObject(source) for source in sources]
         env.OffloadProgram("prog", objects)
     else:
+        from offload_builders.device_libraries import one_command_flags
+        from offload_builders.targets import parse_offload_archs
+        from offload_builders.toolchain import find_toolchain
+
         env = Environment(tools=["default"], CXX="clang++-19")
-        offload = ["-fopenmp", "--offload-arch=" + archs, "-nogpulib", "-O2"]
+        # the device libraries our nodes link (math in target regions), so both sides compile the same
+        libraries = one_command_flags(find_toolchain(), parse_offload_archs(archs), ["-O2"])
+        offload = ["-fopenmp", "--offload-arch=" + archs, *libraries, "-O2"]
         objects = [env.Object(source, CXXFLAGS=offload) for source in sources]
         env.Program("prog", objects, LINKFLAGS=["-fopenmp", "--offload-arch=" + archs, "-fuse-ld=lld"])
     Alias("objects", objects)

@@ -142,6 +142,21 @@ def linked_libraries(argv: Iterable[object]) -> list[str]:
 
 
 _ROCM_ADVICE = ("ROCm's device libraries", "apt-get install rocm-device-libs", "--rocm-device-lib-path=DIR")
+def one_command_flags(toolchain: Toolchain, targets: Iterable[TargetID], flags: Sequence[str] = ()) -> list[str]:
+    """The device-library flags of :func:`device_library_flags` for all ``targets``, as one driver command
+    takes them (each once; ``-nogpulib`` only for the targets that get it, through ``-Xarch_<processor>``),
+    so that ``clang++ -fopenmp --offload-arch=...`` compiles what the tool's nodes compile: for comparisons
+    and benchmarks against the driver."""
+    found: list[str] = []
+    for target in targets:
+        for flag in device_library_flags(toolchain, target, tuple(flags)):
+            if flag == "-nogpulib":
+                found.extend([f"-Xarch_{target.processor}", flag])
+            elif flag not in found:
+                found.append(flag)
+    return found
+
+
 #: Symbol prefixes of the device libraries: the library that defines them, what installs it, the flag naming it.
 _LIBRARY_OF_PREFIX: tuple[tuple[str, str, str, str, str], ...] = (
     ("__ocml_", "ocml.bc", *_ROCM_ADVICE),
@@ -177,6 +192,7 @@ __all__ = [
     "linked_libraries",
     "missing_library_hint",
     "missing_rocm_libraries",
+    "one_command_flags",
     "rocm_bitcode_dir",
     "user_chooses",
 ]

@@ -63,16 +63,8 @@ def which_or_fail(name: str) -> str:
 
 def driver_library_flags(targets, flags=()) -> list[str]:
     """The device-library flags the tool adds to each GPU target's device compile, as one driver command
-    for all the targets takes them: each flag once, and ``-nogpulib`` only for the targets that get it
-    (``-Xarch_<processor>``), so a one-command build compiles what the tool compiles."""
-    from offload_builders.device_libraries import device_library_flags
+    for all the targets takes them (see :func:`offload_builders.device_libraries.one_command_flags`)."""
+    from offload_builders.device_libraries import one_command_flags
     from offload_builders.toolchain import find_toolchain
 
-    toolchain = find_toolchain()
-    found: list[str] = []
-    for target in targets:
-        for flag in device_library_flags(toolchain, target, tuple(flags)):
-            words = [f"-Xarch_{target.processor}", flag] if flag == "-nogpulib" else [flag]
-            if flag == "-nogpulib" or flag not in found:
-                found.extend(words)
-    return found
+    return one_command_flags(find_toolchain(), targets, flags)
