@@ -42,19 +42,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offload_builders import device_libraries
-from offload_builders.errors import ToolchainError
-from offload_builders.phases import (
+from offload_builders.driver import (
     CommandTemplate,
-    ProbeCache,
-    _image_spec,
-    _is_cc1,
-    _probe as _phases_probe,
-    _template,
-    _tool_name,
-    _value_after,
+    image_spec,
+    is_cc1,
+    job_template,
+    probe as driver_probe,
+    tool_name,
+    value_after,
 )
+from offload_builders.errors import ToolchainError
 from offload_builders.targets import TargetID
-from offload_builders.toolchain import Toolchain
+from offload_builders.toolchain import ProbeCache, Toolchain
 
 #: The language every HIP compile is told (``-x hip``), and the source suffixes that select it.
 HIP_LANGUAGE = "hip"
@@ -248,10 +247,10 @@ def _list_option(job: Sequence[str], prefix: str) -> list[str]:
     return [arg[len(prefix):] for arg in job if arg.startswith(prefix)]
 
 
-def _probe(driver: str, flags: tuple[str, ...], cwd: str,
+def probe(driver: str, flags: tuple[str, ...], cwd: str,
            cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
     """Run ``driver -### -x hip <flags> -c`` on an empty probe source; return the jobs (memoized, cached)."""
-    return _phases_probe(driver, HIP_LANGUAGE, flags, cwd, cache, mode=("-x", HIP_LANGUAGE), extension=".hip",
+    return driver_probe(driver, HIP_LANGUAGE, flags, cwd, cache, mode=("-x", HIP_LANGUAGE), extension=".hip",
                          what="HIP")
 
 
@@ -281,14 +280,14 @@ class HipPhaseModel:
         return (*flags, f"--offload-arch={target}", f"-cuid={PROBE_CUID}")
 
     def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-        return _probe(self.driver, self.probe_flags(target, flags), self.cwd, self.cache)
+        return probe(self.driver, self.probe_flags(target, flags), self.cwd, self.cache)
 
     def _fail(self, target: TargetID, what: str) -> ToolchainError:
         return ToolchainError(f"{self.driver} -### -x hip --offload-arch={target}: {what};"
                               " is this Clang 19 with AMDGPU support?")
 
     def _device_job(self, target: TargetID, jobs: Sequence[Sequence[str]]) -> Sequence[str]:
-        device = [job for job in jobs if _is_cc1(job) and "-fcuda-is-device" in job]
+        device = [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job]
         if len(device) != 1:
             raise self._fail(target, f"expected one device -cc1 job, got {len(device)}")
         return device[0]
@@ -305,22 +304,22 @@ class HipPhaseModel:
         rdc = is_rdc(flags)
         jobs = self._jobs(target, flags)
         device_job = self._device_job(target, jobs)
-        compile_output = _value_after(device_job, "-o") or ""
-        compile_template = _template(device_job, input_slot="source",
+        compile_output = value_after(device_job, "-o") or ""
+        compile_template = job_template(device_job, input_slot="source",
                                      value_slots={"-main-file-name": "main_file_name"},
                                      prefix_slots=self._cuid_slots(device_job, target, rdc))
         compile_suffix = os.path.splitext(compile_output)[1]
         if rdc:
-            packagers = [job for job in jobs if _tool_name(job).startswith("clang-offload-packager")]
+            packagers = [job for job in jobs if tool_name(job).startswith("clang-offload-packager")]
             if len(packagers) != 1:
                 raise self._fail(target, f"expected one clang-offload-packager job in RDC mode, got {len(packagers)}")
-            return HipDeviceSteps(target, compile_template, compile_suffix, None, None, _image_spec(packagers[0]))
+            return HipDeviceSteps(target, compile_template, compile_suffix, None, None, image_spec(packagers[0]))
         links = [job for job in jobs if compile_output in job and job is not device_job]
-        bundlers = [job for job in jobs if _tool_name(job).startswith("clang-offload-bundler")]
+        bundlers = [job for job in jobs if tool_name(job).startswith("clang-offload-bundler")]
         if len(links) != 1 or len(bundlers) != 1:
             raise self._fail(target, f"expected one device link and one bundler job,"
                                      f" got {len(links)} and {len(bundlers)}")
-        link_template = _template(links[0], input_slot="input", input_value=compile_output)
+        link_template = job_template(links[0], input_slot="input", input_value=compile_output)
         targets = _list_option(bundlers[0], "-targets=")
         ids = targets[0].split(",") if len(targets) == 1 else []
         device_ids = [entry for entry in ids if not entry.startswith("host-")]
@@ -333,22 +332,22 @@ class HipPhaseModel:
         rdc = is_rdc(flags)
         target = HOST_PROBE_TARGET
         jobs = self._jobs(target, flags)
-        hosts = [job for job in jobs if _is_cc1(job) and "-fcuda-is-device" not in job]
+        hosts = [job for job in jobs if is_cc1(job) and "-fcuda-is-device" not in job]
         if len(hosts) != 1:
             raise self._fail(target, f"expected one host -cc1 job, got {len(hosts)}")
         host = hosts[0]
         if rdc:
             if not any(arg.startswith("-fembed-offload-object=") for arg in host):
                 raise self._fail(target, "the RDC host job does not embed an offload binary")
-            template = _template(host, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
+            template = job_template(host, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
                                  prefix_slots={"-fembed-offload-object=": "package"})
             return HipHostSteps(template, True, None)
         if "-fcuda-include-gpubinary" not in host:
             raise self._fail(target, "the host job does not include a GPU binary")
-        template = _template(host, input_slot="source",
+        template = job_template(host, input_slot="source",
                              value_slots={"-main-file-name": "main_file_name", "-fcuda-include-gpubinary": "fatbin"},
                              prefix_slots=self._cuid_slots(host, target, rdc))
-        bundlers = [job for job in jobs if _tool_name(job).startswith("clang-offload-bundler")]
+        bundlers = [job for job in jobs if tool_name(job).startswith("clang-offload-bundler")]
         if len(bundlers) != 1:
             raise self._fail(target, f"expected one bundler job, got {len(bundlers)}")
         return HipHostSteps(template, False, self._fatbin_spec(target, bundlers[0]))
@@ -402,4 +401,5 @@ __all__ = [
     "hip_runtime_library",
     "include_flags",
     "is_rdc",
+    "probe",
 ]

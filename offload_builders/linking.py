@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from offload_builders.driver import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import (
@@ -50,7 +51,6 @@ from offload_builders.formats.elf import (
     read_symbols,
 )
 from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
-from offload_builders.phases import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 

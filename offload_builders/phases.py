@@ -19,23 +19,52 @@ Two facts make per-target build nodes possible, and the tests check both against
   front end gets one fixed list (:data:`HOST_OFFLOAD_TRIPLES`) and adding a target never re-runs it;
 * the device job of one target does not depend on the other targets, so each target is probed alone.
 
-This module has no SCons imports; the SCons tool and the CLIs are thin layers over it.
+The driver itself is asked through the shared layer, :mod:`offload_builders.driver`. This module has no SCons
+imports; the SCons tool and the CLIs are thin layers over it.
 """
 from __future__ import annotations
 
-import functools
 import os
-import shlex
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from offload_builders.device_libraries import device_library_flags
+from offload_builders.driver import (
+    COMPILATION_DIR_FLAGS,
+    PREFIX_MAP_FLAGS,
+    SIGNATURE_TOP,
+    Arg,
+    CommandTemplate,
+    JobList,
+    ProbeError,
+    Slot,
+    dependency_values,
+    driver_errors,
+    image_spec,
+    is_cc1,
+    job_template,
+    parse_driver_jobs,
+    portable_signature,
+    probe,
+    quote_make_target,
+    remembered_jobs,
+    run_driver,
+    target_selection_flags,
+    tool_name,
+    value_after,
+)
 from offload_builders.errors import ToolchainError
 from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
-from offload_builders.toolchain import ProbeCache, Toolchain, user_cache
+from offload_builders.toolchain import ProbeCache, Toolchain
+
+#: The shared driver layer's names, still importable from here (the OpenMP model was their first home).
+__all__ = [
+    "COMPILATION_DIR_FLAGS", "PREFIX_MAP_FLAGS", "SIGNATURE_TOP", "Arg", "CommandTemplate", "JobList", "ProbeError",
+    "ProbeCache", "Slot", "dependency_values", "driver_errors", "parse_driver_jobs", "portable_signature", "probe",
+    "quote_make_target", "remembered_jobs", "run_driver", "target_selection_flags",
+    "HOST_OFFLOAD_TRIPLES", "LANGUAGE_BY_SUFFIX", "DeviceSteps", "HostSteps", "PhaseModel", "language_of",
+    "selection_flags",
+]
 
 #: The device triples every host compile declares. Host IR is identical for any non-empty list,
 #: so a fixed list keeps the host front end's command (and its cache key) independent of $OFFLOAD_ARCHS.
@@ -50,49 +79,6 @@ LANGUAGE_BY_SUFFIX: Mapping[str, str] = {
     ".c++": "c++",
     ".C": "c++",
 }
-
-_PROBE_STEM = "__offload_probe__"
-
-class ProbeError(ToolchainError):
-    """The driver rejected a configuration (bad flags, unsupported target) while we probed it."""
-
-
-@dataclass(frozen=True)
-class Slot:
-    """A place in a command template filled per build node (``prefix`` + the path)."""
-
-    name: str
-    prefix: str = ""
-
-
-Arg = str | Slot
-
-
-@dataclass(frozen=True)
-class CommandTemplate:
-    """A command line whose per-node paths are named :class:`Slot` objects."""
-
-    argv: tuple[Arg, ...]
-
-    @property
-    def slots(self) -> frozenset[str]:
-        return frozenset(arg.name for arg in self.argv if isinstance(arg, Slot))
-
-    def render(self, **values: str | Sequence[str]) -> list[str]:
-        """Fill every slot; a list value fills its slot with as many arguments. A missing or unexpected
-        value is a programming error, so it raises."""
-        unknown = set(values) - self.slots
-        if unknown:
-            raise KeyError(f"no slot named {sorted(unknown)} in this command")
-        argv: list[str] = []
-        for arg in self.argv:
-            if isinstance(arg, str):
-                argv.append(arg)
-            elif isinstance(value := values[arg.name], str):
-                argv.append(arg.prefix + value)
-            else:
-                argv.extend(arg.prefix + item for item in value)
-        return argv
 
 
 @dataclass(frozen=True)
@@ -132,283 +118,6 @@ def selection_flags(target: TargetID) -> tuple[str, ...]:
     return (f"--offload-arch={target}",)
 
 
-def parse_driver_jobs(text: str) -> list[list[str]]:
-    """Split ``clang -###`` output into one argv per job (job lines start with a space and a quote)."""
-    return [shlex.split(line) for line in text.splitlines() if line.startswith(' "')]
-
-
-def _value_after(argv: Sequence[str], flag: str) -> str | None:
-    for index, arg in enumerate(argv[:-1]):
-        if arg == flag:
-            return argv[index + 1]
-    return None
-
-
-@functools.lru_cache(maxsize=512)
-def _probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: ProbeCache | None = None, *,
-           mode: tuple[str, ...] = ("-fopenmp",), extension: str | None = None,
-           what: str = "offload") -> tuple[tuple[str, ...], ...]:
-    """Run ``driver -### <mode> <flags> -c`` on an empty probe source and return the jobs it would run
-    (memoized, and kept in ``cache``). ``mode`` selects the offload model (``-fopenmp``; the HIP model
-    passes ``-x hip``), ``extension`` the probe file's (default: from ``language``), ``what`` names the
-    flags in the error."""
-    def ask_driver() -> tuple[tuple[str, ...], ...]:
-        with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
-            source = Path(scratch) / f"{_PROBE_STEM}{extension or ('.c' if language == 'c' else '.cpp')}"
-            source.write_text("")
-            argv = [driver, "-###", *mode, *flags, "-c", str(source), "-o", str(Path(scratch) / f"{_PROBE_STEM}.o")]
-            done = run_driver(argv, cwd)
-        if done.returncode != 0:
-            raise ProbeError(f"{driver_errors(done.stderr)} ({driver} -### rejected the {what} flags"
-                             f" {_shortened(' '.join(flags))})")
-        return tuple(tuple(job) for job in parse_driver_jobs(done.stderr))
-
-    key = ProbeCache.key(driver, language, flags, cwd) if cache is not None else ""
-    return remembered_jobs(key, cache, ask_driver)
-
-
-def driver_errors(stderr: str) -> str:
-    """The driver's own diagnostics in ``-###`` output (``clang: error: ...``), each once, without the jobs it
-    printed around them (5 KB of ``-cc1`` lines that hide the one line that matters)."""
-    said = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith(' "')]
-    errors = [line for line in said if ": error: " in line or line.startswith("error: ")]
-    chosen = list(dict.fromkeys(errors)) or said[-3:]
-    return "; ".join(chosen) or "no message"
-
-
-def _shortened(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[:limit - 5] + " ..."
-
-
-#: Flags by which the driver itself would choose the offload targets; our nodes choose them per target.
-_TARGET_SELECTION_PREFIXES = ("--offload-arch=", "--no-offload-arch=", "-fopenmp-targets=", "--cuda-gpu-arch=",
-                              "--no-cuda-gpu-arch=")
-
-
-def target_selection_flags(flags: Iterable[str]) -> list[str]:
-    """The flags in ``flags`` that select offload targets (``--offload-arch=``, ``-fopenmp-targets=``...):
-    a build system that makes one node per target has its own list of targets, and such a flag would make
-    the driver print jobs for other targets besides the one probed."""
-    return [flag for flag in flags if flag.startswith(_TARGET_SELECTION_PREFIXES)]
-
-
-def run_driver(argv: Sequence[str], cwd: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run a driver probe (``argv`` holds ``-###``); a driver that cannot start is a ToolchainError."""
-    try:
-        return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, check=False, timeout=120)
-    except OSError as error:
-        raise ToolchainError(f"cannot run {argv[0]}: {error.strerror}") from None
-
-
-JobList = tuple[tuple[str, ...], ...]
-
-
-def remembered_jobs(key: str, cache: ProbeCache | None, ask_driver: Callable[[], JobList]) -> JobList:
-    """The driver's jobs for ``key``: from ``cache``, else from the per-user probe cache (copied into
-    ``cache``), else ``ask_driver()``, then kept in both, an empty answer too (a probe that failed is
-    not asked again: that would start a process in every run, no-op builds included). Without ``cache``
-    nothing is read or kept."""
-    if cache is None:
-        return ask_driver()
-    if (cached := cache.get(key)) is not None:
-        return cached
-    # A fresh checkout (or `git clean`) of a project probed before finds the answers in the per-user cache.
-    shared = user_cache("driver-probes.json", max_entries=256)
-    if shared is not None and shared is not cache and (cached := shared.get(key)) is not None:
-        cache.put(key, cached)
-        return cached
-    jobs = ask_driver()
-    cache.put(key, jobs)
-    if shared is not None and shared is not cache:
-        shared.put(key, jobs)
-    return jobs
-
-
-def _is_cc1(job: Sequence[str]) -> bool:
-    return len(job) > 1 and job[1] == "-cc1"
-
-
-def _tool_name(job: Sequence[str]) -> str:
-    return os.path.basename(job[0])
-
-
-#: The ``-cc1`` options of a dependency file (``-MD``, ``-MMD``, ``-MF``, ``-MT``, ``-MQ``, ``-MP``, ``-MG``, ``-MV``
-#: as the driver forwards them): those followed by a value, then the bare ones.
-_DEPENDENCY_VALUE_OPTIONS = ("-dependency-file", "-MT")
-_DEPENDENCY_OPTIONS = ("-sys-header-deps", "-module-file-deps", "-MP", "-MG", "-MV")
-
-
-def _from_probe(arg: str) -> bool:
-    """Whether ``arg`` names a file of a probe: its scratch directory, or a driver temporary named after it."""
-    return _PROBE_STEM in arg or "offload-probe-" in arg
-
-
-def quote_make_target(path: str) -> str:
-    """``path`` as the driver writes it after ``-MT`` when it names the output itself (Clang's ``QuoteTarget``)."""
-    quoted: list[str] = []
-    for index, char in enumerate(path):
-        if char in " \t":
-            backslashes = len(path[:index]) - len(path[:index].rstrip("\\"))
-            quoted.append("\\" * backslashes + "\\")
-        elif char == "$":
-            quoted.append("$")
-        elif char == "#":
-            quoted.append("\\")
-        quoted.append(char)
-    return "".join(quoted)
-
-
-def dependency_values(template: CommandTemplate, output: str) -> dict[str, str]:
-    """The values of ``template``'s dependency slots for a job whose result is ``output`` (what the
-    user's ``-o`` would name): the driver's own ``-MT`` for it, and, for a bare ``-MD``/``-MMD``, its
-    dependency file (``output`` with the suffix ``.d``)."""
-    values = {}
-    if "dependency_target" in template.slots:
-        values["dependency_target"] = quote_make_target(output)
-    if "dependency_file" in template.slots:
-        values["dependency_file"] = os.path.splitext(output)[0] + ".d"
-    return values
-
-
-def _template(job: Sequence[str], *, input_slot: str, input_value: str | None = None, output_slot: str = "output",
-              value_slots: Mapping[str, str] | None = None, prefix_slots: Mapping[str, str] | None = None,
-              replace_prefix: Mapping[str, str] | None = None, dependencies: bool = False) -> CommandTemplate:
-    """Turn a probed job into a template: the ``-o`` value, the input and named flags become slots.
-
-    The input is ``input_value`` where given (ptxas puts ``-c`` after it), else the last argument
-    (cc1 jobs end in ``-x <lang> <input>``). A dependency file (``-MD`` and friends) stays where
-    ``dependencies`` is true, with the driver's names derived from the probe's output as the slots
-    ``dependency_target`` and ``dependency_file`` (see :func:`dependency_values`); elsewhere the job
-    writes none, so one source's nodes never write one file. Any other argument naming a probe file
-    is a :class:`ProbeError`: it would put a temporary path into a real command.
-    """
-    input_value = job[-1] if input_value is None else input_value
-    value_slots = value_slots or {}
-    prefix_slots = prefix_slots or {}
-    replace_prefix = replace_prefix or {}
-    argv: list[Arg] = []
-    skip_next = False
-    for index, arg in enumerate(job):
-        if skip_next:
-            skip_next = False
-            continue
-        if arg in _DEPENDENCY_VALUE_OPTIONS and index + 1 < len(job) and arg not in value_slots:
-            skip_next = True
-            if dependencies:
-                value = job[index + 1]
-                slot = "dependency_target" if arg == "-MT" else "dependency_file"
-                argv.extend([arg, Slot(slot) if _from_probe(value) else value])
-            continue
-        if arg in _DEPENDENCY_OPTIONS:
-            if dependencies:
-                argv.append(arg)
-            continue
-        if arg == input_value:
-            argv.append(Slot(input_slot))
-            continue
-        if arg in ("-o", "--output-file"):
-            argv.extend([arg, Slot(output_slot)])
-            skip_next = True
-            continue
-        if arg in value_slots:
-            argv.extend([arg, Slot(value_slots[arg])])
-            skip_next = True
-            continue
-        for prefix, slot in prefix_slots.items():
-            if arg.startswith(prefix):
-                argv.append(Slot(slot, prefix))
-                break
-        else:
-            for prefix, replacement in replace_prefix.items():
-                if arg.startswith(prefix):
-                    argv.append(prefix + replacement)
-                    break
-            else:
-                if _from_probe(arg):
-                    raise ProbeError(f"the driver's job names a temporary file of the probe ({arg}): a flag derives"
-                                     " a path from the output or the input, which build nodes cannot reproduce;"
-                                     " name that path in the flag instead")
-                argv.append(arg)
-    return CommandTemplate(tuple(argv))
-
-
-#: The ``-cc1`` flags that name the directory the compile runs in (for us: the top directory).
-COMPILATION_DIR_FLAGS: tuple[str, ...] = ("-fdebug-compilation-dir=", "-fcoverage-compilation-dir=")
-
-#: The ``-cc1`` prefix maps (``-ffile-prefix-map=OLD=NEW`` becomes all three): paths under OLD are recorded as NEW.
-PREFIX_MAP_FLAGS: tuple[str, ...] = ("-fdebug-prefix-map=", "-fmacro-prefix-map=", "-fcoverage-prefix-map=")
-
-#: The ``-cc1`` flags through which the working directory (or paths made absolute from it) reaches the output,
-#: each with the flags that say which directory it records and how prefix maps rewrite it, or None where
-#: nothing keeps it out (gcov's absolute file names, the recorded command line, split DWARF).
-_RECORDS_DIRECTORY: Mapping[str, tuple[str, str] | None] = {
-    "-debug-info-kind=": ("-fdebug-compilation-dir=", "-fdebug-prefix-map="),
-    "-fcoverage-mapping": ("-fcoverage-compilation-dir=", "-fcoverage-prefix-map="),
-    "-coverage-notes-file": None,
-    "-coverage-data-file": None,
-    "-split-dwarf-file": None,
-    "-split-dwarf-output": None,
-    "-dwarf-debug-flags": None,
-    "-record-command-line": None,
-}
-
-#: What a portable signature writes for the top directory (SCons' own name for it).
-SIGNATURE_TOP = "#"
-
-
-def _under(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
-
-
-def _records_top(argv: Sequence[str], directory_flag: str, map_flag: str, tops: Sequence[str]) -> bool:
-    """Whether the output records the top directory's own path: the compilation directory (``directory_flag``,
-    the last one wins; the driver always passes one) is in it, and no ``map_flag`` prefix map rewrites the top
-    directory itself to one NEW wherever it is (one maps exactly it, none a directory above it)."""
-    directories = [arg[len(directory_flag):] for arg in argv if arg.startswith(directory_flag)]
-    if directories and not any(_under(directories[-1], top) for top in tops):
-        return False  # -ffile-compilation-dir=. and the like
-    olds = [arg[len(map_flag):].split("=", 1)[0].rstrip("/") or "/" for arg in argv if arg.startswith(map_flag)]
-    exact = any(old in tops for old in olds)
-    above = any(_under(top, old) and old not in tops for old in olds for top in tops)
-    return not exact or above
-
-
-def portable_signature(argv: Sequence[str], top: str) -> list[str]:
-    """``argv`` as the build signature of a command run in ``top``, without ``top`` where the output cannot
-    depend on it, so another checkout of the project (or this one moved) has the same signature: its nodes
-    stay up to date and a shared ``CacheDir`` gives back what this one built.
-
-    The driver names its working directory in every ``-cc1`` job (``-fdebug-compilation-dir=<top>``), but
-    it reaches the output only through the flags of :data:`_RECORDS_DIRECTORY` (debug info above all). So
-    when the job has none of them, or each records another directory (the user's ``-ffile-compilation-dir=.``)
-    or a prefix map of ``top`` itself (``-ffile-prefix-map=<top>=.``), the words that name ``top`` in
-    compilation-directory and prefix-map flags are written with :data:`SIGNATURE_TOP`. Otherwise ``argv``
-    stays as it is: the output records this checkout, and another checkout must not reuse it.
-    """
-    tops = tuple(dict.fromkeys(path.rstrip("/") for path in (top, os.path.realpath(top))))
-    for recorder, flags in _RECORDS_DIRECTORY.items():
-        if any(arg.startswith(recorder) for arg in argv) and (flags is None or _records_top(argv, *flags, tops)):
-            return list(argv)
-
-    def portable(arg: str) -> str:
-        for flag in (*COMPILATION_DIR_FLAGS, *PREFIX_MAP_FLAGS):
-            if arg.startswith(flag):
-                value = arg[len(flag):]
-                for path in tops:
-                    if _under(value.split("=", 1)[0] if flag in PREFIX_MAP_FLAGS else value, path):
-                        return flag + SIGNATURE_TOP + value[len(path):]
-        return arg
-
-    return [portable(arg) for arg in argv]
-
-
-def _image_spec(packager_job: Sequence[str]) -> tuple[str, ...]:
-    images = [arg for arg in packager_job if arg.startswith("--image=")]
-    if len(images) != 1:
-        raise ToolchainError(f"expected one --image in the driver's packager job, got {len(images)}: {packager_job}")
-    pairs = images[0][len("--image="):].split(",")
-    return tuple(pair for pair in pairs if not pair.startswith("file="))
-
 
 class PhaseModel:
     """Per-phase command templates for one toolchain, derived from its driver and memoized.
@@ -427,7 +136,7 @@ class PhaseModel:
         return str(self.toolchain.clangxx if language == "c++" else self.toolchain.clang)
 
     def _jobs(self, language: str, flags: Iterable[str]) -> tuple[tuple[str, ...], ...]:
-        return _probe(self.driver(language), language, tuple(flags), self.cwd, self.cache)
+        return probe(self.driver(language), language, tuple(flags), self.cwd, self.cache)
 
     def host_steps(self, language: str, flags: Sequence[str] = ()) -> HostSteps:
         """Templates for the host front end and the embed step (independent of the targets)."""
@@ -446,9 +155,9 @@ class PhaseModel:
     def _host_steps(self, language: str, flags: Sequence[str]) -> HostSteps:
         host_probe = TargetID("x86_64")
         jobs = self._jobs(language, (*flags, *selection_flags(host_probe)))
-        frontend = next((job for job in jobs if _is_cc1(job) and "-emit-llvm-bc" in job
+        frontend = next((job for job in jobs if is_cc1(job) and "-emit-llvm-bc" in job
                          and "-fopenmp-is-target-device" not in job), None)
-        embed = next((job for job in jobs if _is_cc1(job)
+        embed = next((job for job in jobs if is_cc1(job)
                       and any(arg.startswith("-fembed-offload-object=") for arg in job)), None)
         if frontend is None or embed is None:
             raise ToolchainError(f"{self.driver(language)} -### printed no host front-end/embed job for OpenMP offload;"
@@ -456,9 +165,9 @@ class PhaseModel:
         triples = ",".join(HOST_OFFLOAD_TRIPLES)
         names, targets = {"-main-file-name": "main_file_name"}, {"-fopenmp-targets=": triples}
         return HostSteps(
-            frontend=_template(frontend, input_slot="source", dependencies=True, value_slots=names,
+            frontend=job_template(frontend, input_slot="source", dependencies=True, value_slots=names,
                                replace_prefix=targets),
-            embed=_template(embed, input_slot="host_bc", prefix_slots={"-fembed-offload-object=": "package"},
+            embed=job_template(embed, input_slot="host_bc", prefix_slots={"-fembed-offload-object=": "package"},
                             value_slots=names, replace_prefix=targets),
         )
 
@@ -466,30 +175,30 @@ class PhaseModel:
         # The GPU math and device libraries as the driver would link them (or -nogpulib where none are found).
         extra = device_library_flags(self.toolchain, target, flags)
         jobs = self._jobs(language, (*flags, *extra, *selection_flags(target)))
-        device = [job for job in jobs if _is_cc1(job) and "-fopenmp-is-target-device" in job]
-        packagers = [job for job in jobs if _tool_name(job).startswith("clang-offload-packager")]
+        device = [job for job in jobs if is_cc1(job) and "-fopenmp-is-target-device" in job]
+        packagers = [job for job in jobs if tool_name(job).startswith("clang-offload-packager")]
         if len(device) != 1 or len(packagers) != 1:
             raise ToolchainError(f"{self.driver(language)} -### for {target} printed {len(device)} device jobs and"
                                  f" {len(packagers)} packager jobs; expected one of each")
         device_job = device[0]
-        compile_output = _value_after(device_job, "-o") or ""
+        compile_output = value_after(device_job, "-o") or ""
         compile_suffix = os.path.splitext(compile_output)[1]
-        compile_template = _template(device_job, input_slot="source",
+        compile_template = job_template(device_job, input_slot="source",
                                      value_slots={"-main-file-name": "main_file_name",
                                                   "-fopenmp-host-ir-file-path": "host_bc"})
         assemble = None
         image_suffix = compile_suffix
-        assemblers = [job for job in jobs if _tool_name(job) == "ptxas"]
+        assemblers = [job for job in jobs if tool_name(job) == "ptxas"]
         if assemblers:
-            assemble = _template(assemblers[0], input_slot="input", input_value=compile_output)
-            image_suffix = os.path.splitext(_value_after(assemblers[0], "--output-file") or ".o")[1]
+            assemble = job_template(assemblers[0], input_slot="input", input_value=compile_output)
+            image_suffix = os.path.splitext(value_after(assemblers[0], "--output-file") or ".o")[1]
         return DeviceSteps(
             target=target,
             compile=compile_template,
             compile_suffix=compile_suffix,
             assemble=assemble,
             image_suffix=image_suffix,
-            image_spec=_image_spec(packagers[0]),
+            image_spec=image_spec(packagers[0]),
         )
 
     def package_command(self, images: Sequence[tuple[DeviceSteps, str]], output: str) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from offload_builders.formats.compressed import FileRegion, decompress_to, read_header
-from offload_builders.hip_phases import HOST_PROBE_TARGET, PROBE_CUID, HipPhaseModel, _probe
+from offload_builders.hip_phases import HOST_PROBE_TARGET, PROBE_CUID, HipPhaseModel, probe
 from offload_builders.scons.hip import default_cuid
 from offload_builders.targets import parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain
@@ -428,7 +428,7 @@ def test_one_targets_jobs_do_not_depend_on_the_other_targets(tmp_path):
     model = HipPhaseModel(find_toolchain(), tmp_path)
     flags = ("-O2", "-nogpulib", "-nogpuinc")
     targets = parse_offload_archs("gfx90a:xnack+,gfx90a:xnack-,gfx942")
-    together = _probe(model.driver, (*flags, *(f"--offload-arch={t}" for t in targets), f"-cuid={PROBE_CUID}"),
+    together = probe(model.driver, (*flags, *(f"--offload-arch={t}" for t in targets), f"-cuid={PROBE_CUID}"),
                       model.cwd)
     device_jobs = [list(job) for job in together if "-fcuda-is-device" in job]
     assert len(device_jobs) == len(targets)

@@ -15,8 +15,8 @@ from offload_builders.phases import (
     HOST_OFFLOAD_TRIPLES,
     PhaseModel,
     ProbeError,
-    _probe,
     parse_driver_jobs,
+    probe,
 )
 from offload_builders.targets import parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain
@@ -107,8 +107,8 @@ def test_host_bitcode_does_not_depend_on_the_device_triples(model):
 def test_device_job_of_one_target_ignores_the_others(model):
     """Why each target is probed alone: the driver gives a target the same device job in any company."""
     toolchain = model.toolchain
-    alone = _probe(str(toolchain.clangxx), "c++", ("-nogpulib", "--offload-arch=gfx942"), model.cwd)
-    together = _probe(str(toolchain.clangxx), "c++", ("-nogpulib", "--offload-arch=sm_80,gfx942,gfx90a"), model.cwd)
+    alone = probe(str(toolchain.clangxx), "c++", ("-nogpulib", "--offload-arch=gfx942"), model.cwd)
+    together = probe(str(toolchain.clangxx), "c++", ("-nogpulib", "--offload-arch=sm_80,gfx942,gfx90a"), model.cwd)
 
     def gfx942_job(jobs):
         (job,) = [j for j in jobs if "-fopenmp-is-target-device" in j and "gfx942" in j]
@@ -134,12 +134,12 @@ def test_device_templates_follow_the_target(model):
 
 def test_probe_is_memoized(model):
     first = model.device_steps(parse_target_id("sm_80"), "c++", ("-O1",))
-    before = _probe.cache_info()
+    before = probe.cache_info()
     assert model.device_steps(parse_target_id("sm_80"), "c++", ("-O1",)) is first  # the model keeps its steps
-    assert _probe.cache_info() == before
+    assert probe.cache_info() == before
     other = PhaseModel(model.toolchain, model.cwd, model.cache)
     assert other.device_steps(parse_target_id("sm_80"), "c++", ("-O1",)) == first  # the process keeps the probe
-    after = _probe.cache_info()
+    after = probe.cache_info()
     assert after.misses == before.misses and after.hits == before.hits + 1
 
 
@@ -171,7 +171,7 @@ def test_probe_cache_survives_the_process_and_notices_a_new_compiler(tmp_path, m
     driver.symlink_to(model.toolchain.clangxx)
     cache = ProbeCache(tmp_path / "probes.json")
     flags = ("-O2", "--offload-arch=sm_80", "-nogpulib")
-    jobs = _probe(str(driver), "c++", flags, model.cwd, cache)
+    jobs = probe(str(driver), "c++", flags, model.cwd, cache)
     cache.save()
     reloaded = ProbeCache(tmp_path / "probes.json")
     key = ProbeCache.key(str(driver), "c++", flags, model.cwd)
@@ -198,16 +198,16 @@ def test_a_fresh_tree_finds_its_probes_in_the_per_user_cache(tmp_path, model, mo
     driver.write_text(f'#!/bin/sh\necho probe >> {log}\nexec {model.toolchain.clangxx} "$@"\n')
     driver.chmod(0o755)
     flags = ("-O2", "--offload-arch=gfx90a", "-nogpulib")
-    first = _probe(str(driver), "c++", flags, model.cwd, ProbeCache(tmp_path / "tree1.json"))
+    first = probe(str(driver), "c++", flags, model.cwd, ProbeCache(tmp_path / "tree1.json"))
     assert log.read_text().split() == ["probe"]
-    _probe.cache_clear()  # as in a new SCons process
+    probe.cache_clear()  # as in a new SCons process
     fresh = ProbeCache(tmp_path / "tree2.json")
-    assert _probe(str(driver), "c++", flags, model.cwd, fresh) == first
+    assert probe(str(driver), "c++", flags, model.cwd, fresh) == first
     assert log.read_text().split() == ["probe"]  # answered from the per-user cache
     assert fresh.get(ProbeCache.key(str(driver), "c++", flags, model.cwd)) == first  # and kept in the tree's
-    _probe.cache_clear()
+    probe.cache_clear()
     monkeypatch.setenv("OFFLOAD_BUILDERS_CACHE_DIR", "")
-    again = _probe(str(driver), "c++", flags, model.cwd, ProbeCache(tmp_path / "tree3.json"))
+    again = probe(str(driver), "c++", flags, model.cwd, ProbeCache(tmp_path / "tree3.json"))
     assert log.read_text().split() == ["probe", "probe"]  # with the per-user caches off, the driver is asked
     assert [job[:2] for job in again] == [job[:2] for job in first]
     toolchain._PROBE_CACHES.pop(str(tmp_path / "user" / "driver-probes.json"), None)
