@@ -286,6 +286,11 @@ def _image_range(image: bytes, index: int, llvm_version: int) -> tuple[int, int]
     return binary.image_offset, binary.image_offset + binary.image_size
 
 
+def new_module(host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
+    """An empty module for ``host_triple`` (a link with no device images still gets a wrapper object)."""
+    return _new_module(host_triple)
+
+
 def openmp_module(images: Sequence[bytes], *, llvm_version: int = 19,
                   host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
     """``wrapOpenMPBinaries``: register ``images`` (one OffloadBinary each, in this order) with libomptarget.

@@ -28,7 +28,7 @@ PROCESS_LOG_HOOK = textwrap.dedent("""
 
 #: Run inside the SConstruct: print every phase command of the program as it would run, one a line.
 PRINT_COMMANDS = textwrap.dedent("""
-    from offload_builders.scons import tool
+    from offload_builders.scons import common
     seen, stack = set(), [File("build/prog")]
     while stack:
         node = stack.pop()
@@ -41,7 +41,7 @@ PRINT_COMMANDS = textwrap.dedent("""
         targets, sources = executor.get_all_targets(), executor.get_all_sources()
         for listed in executor.get_action_list():
             for action in getattr(listed, "list", [listed]):
-                if isinstance(action, tool._PhaseCommandAction) and action._renderer(env_) is not None:
+                if isinstance(action, common.PhaseCommandAction) and action.renderer(env_) is not None:
                     argv = action.process(targets, sources, env_, executor)[0][0]
                     print("rendered", json.dumps([str(node), [str(arg) for arg in argv]]))
 """)

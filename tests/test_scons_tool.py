@@ -69,7 +69,7 @@ SCONSTRUCT = textwrap.dedent("""
 #: substitution gives (signature, argv and its shell escaping), for every node of the program.
 CHECK_RENDER = textwrap.dedent("""
     import SCons.Action, SCons.Platform.posix
-    from offload_builders.scons import tool
+    from offload_builders.scons import common
     seen, stack, checked = set(), [File("build/prog")], 0
     while stack:
         node = stack.pop()
@@ -82,7 +82,7 @@ CHECK_RENDER = textwrap.dedent("""
         targets, sources = executor.get_all_targets(), executor.get_all_sources()
         for listed in executor.get_action_list():
             for action in getattr(listed, "list", [listed]):
-                if not isinstance(action, tool._PhaseCommandAction) or action._renderer(env_) is None:
+                if not isinstance(action, common.PhaseCommandAction) or action.renderer(env_) is None:
                     continue
                 fast = action.get_presig(targets, sources, env_, executor)
                 slow = SCons.Action.LazyAction.get_presig(action, targets, sources, env_, executor)

@@ -93,30 +93,36 @@ from offload_builders.hip_phases import (
     hip_runtime_library,
     is_rdc,
 )
-from offload_builders.scons import tool as _tool
-from offload_builders.scons.external import link_builder
-from offload_builders.scons.tool import (
-    _COMMIT,
-    _DEVICE_LINK_BUILDER,
-    _REMOVE_STALE,
+from offload_builders.scons import openmp
+from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
+    COMMIT,
+    DEVICE_LINK_BUILDER,
+    EXTRACT_BUILDER,
+    FUNCTION_PHASE_VARLIST,
+    REMOVE_STALE,
     OffloadLinkWarning,
-    _check_tools_for,
-    _Command,
-    _compile_flags,
-    _partial,
-    _phase_action,
-    _scan,
-    _set_default,
-    _static_libraries,
-    _target_flags,
-    _toolchain,
-    _user_error,
+    Renderer,
+    check_tools_for,
+    compile_flags,
     depend_on_device_libraries,
+    device_link_cmd,
+    function_phase,
+    in_process_action,
+    partial_path,
+    phase_action,
+    probe_cache_for,
+    scanned_inputs,
     selected_targets,
+    set_default,
+    static_libraries,
+    target_flags,
+    toolchain_exists,
+    toolchain_for,
+    user_error,
 )
+from offload_builders.scons.external import link_builder
 from offload_builders.targets import TargetID, parse_target_id
-from offload_builders.toolchain import probe_cache
 
 #: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
 #: defaults, whose ``$_OFFLOAD_*`` callables this module replaces.
@@ -162,15 +168,12 @@ def _cuid(env, source) -> str:
 
 
 def _hip_model(env) -> HipPhaseModel:
-    top = env.Dir("#").abspath
-    cache = (probe_cache(os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE"))) if env.get("OFFLOAD_PROBE_CACHE")
-             else None)
-    return HipPhaseModel(_toolchain(env), top, cache)
+    return HipPhaseModel(toolchain_for(env), env.Dir("#").abspath, probe_cache_for(env))
 
 
 def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
     """The user's flags for a HIP compile of ``source``: the C++ ones, ``$OFFLOAD_HIP_FLAGS`` and RDC."""
-    flags = _compile_flags(env, target, source, for_signature, "c++")
+    flags = compile_flags(env, target, source, for_signature, "c++")
     mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
     flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_HIP_FLAGS", mode, target=target, source=source)[0])
     if env.get("OFFLOAD_HIP_RDC") and not is_rdc(flags):
@@ -187,12 +190,12 @@ def _original(env, source) -> list:
 def _with_defaults(env, tid: TargetID, flags: tuple[str, ...]) -> tuple[str, ...]:
     """``flags`` and what the tool adds to them for ``tid`` (ROCm's device libraries, ``-nogpuinc``
     without a HIP installation; nothing the user's flags already choose)."""
-    return flags + default_flags(_toolchain(env), tid, flags)
+    return flags + default_flags(toolchain_for(env), tid, flags)
 
 
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> HipDeviceSteps:
     tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags = _hip_flags(env, target, source, for_signature) + tuple(_target_flags(env, tid))
+    flags = _hip_flags(env, target, source, for_signature) + tuple(target_flags(env, tid))
     return _hip_model(env).device_steps(tid, _with_defaults(env, tid, flags))
 
 
@@ -207,30 +210,31 @@ def _cuid_value(steps_template, env, source) -> dict[str, str]:
     return {"cuid": _cuid(env, source)} if "cuid" in steps_template.slots else {}
 
 
-@_Command
+@Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name, output=_partial(env, target[0]),
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                output=partial_path(env, target[0]),
                                 **_cuid_value(steps.compile, env, source))
 
 
-@_Command
+@Renderer
 def _object_devicelink_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
     if steps.link is None:
         raise SCons.Errors.UserError(f"{target[0]}: RDC device code is linked by the linker wrapper, not per object")
-    return steps.link.render(input=str(source[0]), output=_partial(env, target[0]))
+    return steps.link.render(input=str(source[0]), output=partial_path(env, target[0]))
 
 
-@_Command
+@Renderer
 def _package_cmd(target, source, env, for_signature):
     original = _original(env, source)
     images = [(_device_steps(env, target, original, for_signature, parse_target_id(tid_text)), str(node))
               for node, tid_text in zip(source, env["_OFFLOAD_BUNDLE_TARGETS"])]
-    return _hip_model(env).package_command(images, _partial(env, target[0]))
+    return _hip_model(env).package_command(images, partial_path(env, target[0]))
 
 
-@_Command
+@Renderer
 def _host_cc1(target, source, env, for_signature):
     """The object's source is the ``.hip`` file; the emitter recorded its fat binary or package."""
     device_side = getattr(target[0].attributes, "offload_inputs", None)
@@ -238,7 +242,8 @@ def _host_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     steps = _host_steps(env, target, source, for_signature)
     slot = "package" if steps.rdc else "fatbin"
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name, output=_partial(env, target[0]),
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                output=partial_path(env, target[0]),
                                 **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
 
 
@@ -278,7 +283,7 @@ def _bundle_signature(target, source, env, for_signature) -> str:
     try:
         spec, ids, compression = _bundle_plan(target, source, env, True)
     except OffloadError as error:
-        raise _user_error(error) from None
+        raise user_error(error) from None
     packing = "none" if compression is None else (
         f"{compression.method.name}/v{compression.version}/level={compression.effective_level}")
     return f"type={spec.file_type} align={spec.alignment} ids={','.join(ids)} compress={packing}"
@@ -380,7 +385,7 @@ def offload_bundle(target, source, env) -> int:
     Host entry from ``/dev/null``, one ``hipv4-...--<target-id>`` entry per code object, each aligned to
     4096 bytes, optionally ``CCOB``-compressed; written to ``<target>.partial`` (committed afterwards).
     """
-    output = _partial(env, target[0])
+    output = partial_path(env, target[0])
     plain = output + ".uncompressed"
     try:
         spec, ids, compression = _bundle_plan(target, source, env, False)
@@ -397,21 +402,21 @@ def offload_bundle(target, source, env) -> int:
 
 
 def _bundle_action() -> SCons.Action.ListAction:
-    """Like ``_phase_action('BUNDLE')``, with the bundle's parameters in the signature: the default
+    """Like ``phase_action('BUNDLE')``, with the bundle's parameters in the signature: the default
     command is a Python function, whose own signature is only its code."""
     return SCons.Action.ListAction([
-        _REMOVE_STALE,
+        REMOVE_STALE,
         SCons.Action.Action("$OFFLOAD_BUNDLECOM", "$OFFLOAD_BUNDLECOMSTR", varlist=["_OFFLOAD_BUNDLE_SIG"]),
-        _COMMIT,
+        COMMIT,
     ])
 
 
-_DEVICE_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
                                         single_source=True, emitter=CLEAN_LEFTOVERS)
-_DEVICELINK_BUILDER = SCons.Builder.Builder(action=_phase_action("DEVICELINK"), single_source=True,
+_DEVICELINK_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICELINK"), single_source=True,
                                             emitter=CLEAN_LEFTOVERS)
 _BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action(), emitter=CLEAN_LEFTOVERS)
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=_phase_action("PACKAGE"), emitter=CLEAN_LEFTOVERS)
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"), emitter=CLEAN_LEFTOVERS)
 
 
 def _check_link_tool(steps: HipDeviceSteps) -> None:
@@ -435,7 +440,7 @@ def _object_emitter(target, source, env):
         check_targets(targets)
     except OffloadError as error:
         raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
-    _check_tools_for(env, targets)
+    check_tools_for(env, targets)
     stem = os.path.splitext(obj.name)[0]
     directory = obj.dir
     try:
@@ -490,8 +495,8 @@ def offload_hip_extract(target, source, env) -> int:
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     key = linking.group_key(tid)
     try:
-        major = _toolchain(env).major
-        scanned = _scan([str(node) for node in source])
+        major = toolchain_for(env).major
+        scanned = scanned_inputs([str(node) for node in source])
         missing = [obj.path for obj in linking.objects_without_code(scanned, key, linking.HIP_ENTRY_SECTIONS)]
         if missing:
             raise SCons.Errors.BuildError(
@@ -502,7 +507,7 @@ def offload_hip_extract(target, source, env) -> int:
         if not files:
             SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP device code for {tid} in any input: the"
                                                      f" program has no {tid} code object")
-        linking.write_device_inputs(files, _partial(env, target[0]))
+        linking.write_device_inputs(files, partial_path(env, target[0]))
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
     return 0
@@ -514,7 +519,7 @@ def _devicelink_cmd(target, source, env, for_signature):
     -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
     ``clang`` call amount to), or one non-RDC object's device link."""
     if env.get("_OFFLOAD_HIP_PROGRAM_LINK"):
-        return _tool._device_link_cmd(target, source, env, for_signature)
+        return device_link_cmd(target, source, env, for_signature)
     return _object_devicelink_cmd(target, source, env, for_signature)
 
 
@@ -542,7 +547,7 @@ def _wrap_signature(target, source, env, for_signature) -> str:
     compression = _link_compression(env, target, source)
     packing = "none" if compression is None else (
         f"{compression.method.name}/v{compression.version}/level={compression.effective_level}")
-    return f"kind={LINK_BUNDLE_KIND} llvm={_toolchain(env).major} compress={packing}"
+    return f"kind={LINK_BUNDLE_KIND} llvm={toolchain_for(env).major} compress={packing}"
 
 
 def offload_hip_wrap(target, source, env) -> int:
@@ -554,8 +559,8 @@ def offload_hip_wrap(target, source, env) -> int:
     ``.hipFatBinSegment`` and a priority-101 constructor registering the ``hip_offloading_entries``.
     Targets without device code get no entry; with none at all the object is empty.
     """
-    toolchain = _toolchain(env)
-    output = _partial(env, target[0])
+    toolchain = toolchain_for(env)
+    output = partial_path(env, target[0])
     plain = output + ".uncompressed"
     images = [(tid_text, str(node)) for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"])
               if os.path.getsize(str(node)) > 0]
@@ -572,7 +577,7 @@ def offload_hip_wrap(target, source, env) -> int:
             data = registration.wrap(registration.HIP, fatbin, llvm_version=toolchain.major)
         else:
             triple = registration.DEFAULT_HOST_TRIPLE
-            data = registration.compile_module(registration._new_module(triple), triple)
+            data = registration.compile_module(registration.new_module(triple), triple)
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
     finally:
@@ -584,15 +589,15 @@ def offload_hip_wrap(target, source, env) -> int:
 
 
 _HIP_WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
-_HIP_EXTRACT_IN_PROCESS = _tool.in_process_action(offload_hip_extract, "EXTRACT", _tool._FUNCTION_PHASE_VARLIST)
-_HIP_WRAP_IN_PROCESS = _tool.in_process_action(offload_hip_wrap, "WRAP", _HIP_WRAP_VARLIST)
-_WRAP_BUILDER = SCons.Builder.Builder(action=_tool._function_phase("WRAP", varlist=_HIP_WRAP_VARLIST),
+_HIP_EXTRACT_IN_PROCESS = in_process_action(offload_hip_extract, "EXTRACT", FUNCTION_PHASE_VARLIST)
+_HIP_WRAP_IN_PROCESS = in_process_action(offload_hip_wrap, "WRAP", _HIP_WRAP_VARLIST)
+_WRAP_BUILDER = SCons.Builder.Builder(action=function_phase("WRAP", varlist=_HIP_WRAP_VARLIST),
                                       emitter=CLEAN_LEFTOVERS)
 
 
 def _check_device_linker(env) -> None:
     try:
-        _toolchain(env).tool("ld.lld")
+        toolchain_for(env).tool("ld.lld")
     except OffloadError:
         raise SCons.Errors.UserError("ld.lld (the AMDGPU device linker) not found; install it with:"
                                      " apt-get install lld-19") from None
@@ -613,14 +618,14 @@ def _program_emitter(target, source, env):
     _check_device_linker(env)
     program = target[0]
     stem, directory = program.name, program.dir
-    inputs = list(source) + _static_libraries(env)
+    inputs = list(source) + static_libraries(env)
     # The wrapper's bundle order (target ID descending); fixed here, so the list's order changes nothing.
     ordered = sorted(targets, key=str, reverse=True)
     images = []
     for tid in ordered:
-        device_inputs = _tool._EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
+        device_inputs = EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
                                                OFFLOAD_TARGET=str(tid))
-        images.extend(_DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device_inputs,
+        images.extend(DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device_inputs,
                                            OFFLOAD_TARGET=str(tid), _OFFLOAD_HIP_PROGRAM_LINK=True))
     wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
                             _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in ordered))
@@ -652,7 +657,7 @@ def _hip_runtime(target, source, env, for_signature) -> list[str]:
     installation's ``libamdhip64`` as ``clang++ --hip-link`` links it, nothing where there is none."""
     value = env.get("OFFLOAD_HIP_RUNTIME")
     if value is None:
-        found = hip_runtime_library(_toolchain(env), _link_flags(env, target, source))
+        found = hip_runtime_library(toolchain_for(env), _link_flags(env, target, source))
         return [] if found is None else [f"-L{found.parent}", f"-l{HIP_RUNTIME_LIBRARY}"]
     return [f"-l{env.subst(str(name))}" for name in SCons.Util.flatten(value)]
 
@@ -665,7 +670,7 @@ def _check_runtime(env, target, source) -> None:
     """Say once, at read time, that a program links without the HIP runtime because none was found."""
     if env.get("OFFLOAD_HIP_RUNTIME") is not None or str(target[0]) in _WARNED_RUNTIME:
         return
-    if hip_runtime_library(_toolchain(env), _link_flags(env, target, source)) is None:
+    if hip_runtime_library(toolchain_for(env), _link_flags(env, target, source)) is None:
         _WARNED_RUNTIME.add(str(target[0]))
         SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP runtime (lib{HIP_RUNTIME_LIBRARY}.so of a HIP"
                             " installation) found, so the program is linked without it; install it (Debian:"
@@ -676,8 +681,8 @@ def _check_runtime(env, target, source) -> None:
 def generate(env) -> None:
     """Switch ``env``'s offload builders to the HIP model (called by the ``offload`` tool's generate)."""
     for key, value in _DEFAULTS.items():
-        _set_default(env, key, value)
-    _set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
+        set_default(env, key, value)
+    set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
     env["_OFFLOAD_HIP_DEFAULT_CUID"] = _default_cuid_var
     env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
     env["_OFFLOAD_DEVICE_LINK_CMD"] = _devicelink_cmd
@@ -689,17 +694,17 @@ def generate(env) -> None:
     env["_OFFLOAD_LINK_TARGETS"] = _no_link_arguments  # the OpenMP link's targets have no HIP counterpart
     env["_OFFLOAD_HOST_RUNTIME"] = _hip_runtime
     # The OpenMP link's extract and wrap functions, unless the user chose others.
-    if env.get("OFFLOAD_EXTRACTCOM") is _tool.EXTRACT_IN_PROCESS:
+    if env.get("OFFLOAD_EXTRACTCOM") is openmp.EXTRACT_IN_PROCESS:
         env["OFFLOAD_EXTRACTCOM"] = _HIP_EXTRACT_IN_PROCESS
-    if env.get("OFFLOAD_WRAPCOM") is _tool.WRAP_IN_PROCESS:
+    if env.get("OFFLOAD_WRAPCOM") is openmp.WRAP_IN_PROCESS:
         env["OFFLOAD_WRAPCOM"] = _HIP_WRAP_IN_PROCESS
-    if env.get("OFFLOAD_PACKAGECOM") is _tool.PACKAGE_IN_PROCESS:
+    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS:
         env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"  # it reads OpenMP's variables: HIP runs the packager
 
     for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
         SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
     env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
-        action=_phase_action("HOST"),
+        action=phase_action("HOST"),
         emitter=[_object_emitter, CLEAN_LEFTOVERS],
         suffix="$OBJSUFFIX",
         src_suffix=list(HIP_SUFFIXES),
@@ -720,9 +725,7 @@ def generate(env) -> None:
 
 def exists(env) -> bool:
     """The HIP model needs what the ``offload`` tool needs (a Clang with AMDGPU support)."""
-    from offload_builders.scons.tool import exists as tool_exists
-
-    return tool_exists(env)
+    return toolchain_exists(env)
 
 
 __all__ = ["default_cuid", "exists", "generate", "offload_bundle", "offload_hip_extract", "offload_hip_wrap"]

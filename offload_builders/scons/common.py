@@ -1,0 +1,718 @@
+"""The pieces of the ``offload`` SCons tool that every offload model shares.
+
+Toolchain and target lookup (:func:`toolchain_for`, :func:`selected_targets`, :func:`target_flags`), the
+renderer class of the ``$_OFFLOAD_*`` command variables (:class:`Renderer`), the phase actions
+(:func:`phase_action`: sweep leftovers, ``$OFFLOAD_<PHASE>COM``, commit the ``.partial`` output),
+the journal of unrecorded outputs, the leftover-cleaning emitters, program and device-library stamps,
+and the link side both models use: the host link action, the extract and device-link builders, and the
+device-link command. The models (:mod:`offload_builders.scons.openmp`, :mod:`offload_builders.scons.hip`)
+build their emitters and renderers on these; :mod:`offload_builders.scons.tool` registers them.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import functools
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import SCons.Action
+import SCons.Builder
+import SCons.Errors
+import SCons.Node.FS
+import SCons.Platform.posix
+import SCons.Script
+import SCons.Subst
+import SCons.Tool
+import SCons.Util
+import SCons.Warnings
+
+from offload_builders import device_libraries, leftovers, linking
+from offload_builders.driver import portable_signature
+from offload_builders.errors import OffloadError
+from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
+from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
+
+#: Driver flags that only change how the compiler runs, never what it produces: kept out of signatures.
+_UNSIGNED_FLAG_PREFIXES = ("-v", "-fcolor-diagnostics", "-fno-color-diagnostics", "-fdiagnostics-color",
+                           "--offload-jobs=", "-parallel-jobs=", "-ferror-limit=")
+
+
+def user_error(error: Exception) -> SCons.Errors.UserError:
+    return SCons.Errors.UserError(str(error))
+
+
+def toolchain_for(env) -> Toolchain:
+    """The toolchain for ``env``: ``$OFFLOAD_CLANG`` if set, else the process environment's search."""
+    environ: Mapping[str, str] = os.environ
+    if env.get("OFFLOAD_CLANG"):
+        environ = collections.ChainMap({"OFFLOAD_CLANG": env.subst("$OFFLOAD_CLANG")}, os.environ)
+    try:
+        return find_toolchain(environ)
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def probe_cache_for(env) -> ProbeCache | None:
+    """The project's probe cache (``$OFFLOAD_PROBE_CACHE`` under the top directory), or None where it is ''."""
+    if not env.get("OFFLOAD_PROBE_CACHE"):
+        return None
+    return probe_cache(os.path.join(env.Dir("#").abspath, env.subst("$OFFLOAD_PROBE_CACHE")))
+
+
+#: The host link's default command line (``$OFFLOAD_LINKCOM``): while it is this line, :class:`HostLinkAction`
+#: runs the driver's own link job without starting the driver.
+HOST_LINKCOM = (
+    "$OFFLOAD_CXX -o ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $_OFFLOAD_WRAPPER_OBJECT $OFFLOAD_LINKFLAGS"
+    " $LINKFLAGS $_OFFLOAD_RPATH $SOURCES $_LIBDIRFLAGS $_LIBFLAGS $_OFFLOAD_HOST_RUNTIME"
+)
+
+
+def selected_targets(env) -> tuple[TargetID, ...]:
+    """``$OFFLOAD_ARCHS`` parsed, canonicalized and checked, or one ``UserError`` naming the offenders."""
+    value = env.get("OFFLOAD_ARCHS")
+    if isinstance(value, str):
+        value = env.subst(value)
+    try:
+        return parse_offload_archs(SCons.Util.flatten(value) if not isinstance(value, str) else value)
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+
+
+def target_flags(env, target: TargetID, variable: str = "OFFLOAD_TARGET_FLAGS") -> list[str]:
+    """``$OFFLOAD_TARGET_FLAGS`` (or another ``{target ID: flags}`` variable) entries for ``target``; keys
+    may be spelled any valid way."""
+    table = env.get(variable) or {}
+    flags: list[str] = []
+    for key, value in table.items():
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        if canonical == target:
+            flags.extend(env.subst_list(value, SCons.Subst.SUBST_CMD)[0] if value else [])
+    return [str(flag) for flag in flags]
+
+
+class OffloadTargetKeyWarning(SCons.Warnings.WarningOnByDefault):
+    """A ``{target ID: flags}`` key that names no target of this build: its flags are not used."""
+
+
+#: (variable, key, targets) already warned about in this run.
+_WARNED_KEYS: set[tuple[str, str, tuple[TargetID, ...]]] = set()
+
+
+def warn_unmatched_keys(env, variable: str, targets: Sequence[TargetID]) -> None:
+    """Warn once per run about each key of ``$<variable>`` that matches none of ``targets``, naming the
+    target it probably means (the same processor with other features): its flags would silently do
+    nothing. A warning, not an error: a table that covers more targets than one build selects (with
+    ``OFFLOAD_ARCHS`` from the command line) is normal."""
+    for key in (env.get(variable) or {}):
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        memo = (variable, str(key), tuple(targets))
+        if canonical in targets or memo in _WARNED_KEYS:
+            continue
+        _WARNED_KEYS.add(memo)
+        near = [str(tid) for tid in targets if tid.processor == canonical.processor]
+        hint = (f"; did you mean {' or '.join(repr(n) for n in near)}? A key names a target ID of OFFLOAD_ARCHS"
+                " exactly, features included" if near else "")
+        SCons.Warnings.warn(OffloadTargetKeyWarning,
+                            f"{variable} key {key!r} matches no target of this build"
+                            f" ({', '.join(str(tid) for tid in targets)}): its flags are not used{hint}")
+
+
+def compile_flags(env, target, source, for_signature: bool, language: str) -> tuple[str, ...]:
+    """The user's compile flags for a node, as the driver will see them."""
+    text = "$OFFLOAD_FLAGS $CCFLAGS " + ("$CXXFLAGS" if language == "c++" else "$CFLAGS") + " $_CCCOMCOM"
+    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+    flags = [str(flag) for flag in env.subst_list(text, mode, target=target, source=source)[0]]
+    if for_signature:
+        flags = [flag for flag in flags if not flag.startswith(_UNSIGNED_FLAG_PREFIXES)]
+    return tuple(flags)
+
+
+def partial_path(env, node) -> str:
+    return str(node) + env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+
+
+def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
+    """Rendered arguments, protected from further ``$`` expansion and word splitting."""
+    return [SCons.Subst.Literal(arg) for arg in argv]
+
+
+class Renderer:
+    """A phase command in SCons' callable-variable convention (``$_OFFLOAD_<PHASE>_CC1`` and friends).
+
+    Renders once per node and mode: SCons asks four or five times (signature, implicit dependencies,
+    display, execution), and a node's environment and sources are fixed. The signature's words name the
+    checkout only where the output can record it (:func:`~offload_builders.phases.portable_signature`),
+    so another checkout shares this one's ``CacheDir`` entries. Our errors become
+    ``UserError``. An object rather than a closure: to describe a node, SCons makes a function action
+    of the variable's value and hashes its code, which for an object is this small ``__call__``.
+    """
+
+    def __init__(self, render: Callable[..., list[str]]) -> None:
+        self._render = render
+        self.__name__ = render.__name__
+
+    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
+        memo = getattr(target[0].attributes, "_offload_commands", None) if target else None
+        key = (self.__name__, bool(for_signature))
+        if memo is not None and key in memo:
+            return memo[key]
+        try:
+            argv = self._render(target, source, env, for_signature)
+            if for_signature:  # no checkout's location where the output cannot record it (see portable_signature)
+                argv = portable_signature(argv, env.Dir("#").abspath)
+            rendered = _literal(argv)
+        except OffloadError as error:
+            raise user_error(error) from None
+        if target:
+            if memo is None:
+                memo = target[0].attributes._offload_commands = {}
+            memo[key] = rendered
+        return rendered
+
+
+def rpath_flags(target, source, env, for_signature):
+    value = env.get("OFFLOAD_RPATH")
+    if value is None:
+        value = [str(toolchain_for(env).lib_dir)]
+    return [f"-Wl,-rpath,{path}" for path in SCons.Util.flatten(value) if path]
+
+
+def _sweep_leftovers(target, source, env) -> int:
+    """Before a node's command runs, remove what interrupted runs of it left: ``<target>.partial`` and the
+    temporaries Clang, ld.lld and our writers name after it (see :mod:`offload_builders.leftovers`).
+    Killed mid-command, they are never written again under the same (random) names and would pile up."""
+    suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+    for node in target:
+        _LEFTOVERS.sweep(str(node), suffix)
+    return 0
+
+
+#: This build's view of what interrupted builds left (see :class:`offload_builders.leftovers.Leftovers`).
+_LEFTOVERS = leftovers.Leftovers()
+
+
+#: Per project top directory: the outputs replaced in this build that SCons has not recorded yet.
+_UNRECORDED: dict[str, leftovers.UnrecordedOutputs] = {}
+
+
+def unrecorded_outputs(env) -> leftovers.UnrecordedOutputs:
+    """The journal of ``env``'s project; made once per process, when it deletes what a killed build left
+    unrecorded (see :class:`offload_builders.leftovers.UnrecordedOutputs`)."""
+    top = env.Dir("#").abspath
+    journal = _UNRECORDED.get(top)
+    if journal is None:
+        journal = _UNRECORDED[top] = leftovers.UnrecordedOutputs(os.path.join(top, ".sconsign.offload-unrecorded"))
+        if not SCons.Script.GetOption("no_exec"):
+            journal.recover()
+        _settle_journals_after_sconsign_write()
+    return journal
+
+
+def _settle_journals_after_sconsign_write() -> None:
+    """Once SCons has written ``.sconsign`` (at the end of every build, interrupted by Ctrl-C or not), the
+    journals are settled. SCons has no hook there, so its ``write`` is wrapped (once)."""
+    import SCons.SConsign
+
+    original = SCons.SConsign.write
+    if getattr(original, "offload_settles_journals", False):
+        return
+
+    def write(*args, **kwargs):
+        original(*args, **kwargs)
+        for journal in _UNRECORDED.values():
+            journal.settle()
+
+    write.offload_settles_journals = True  # type: ignore[attr-defined]
+    SCons.SConsign.write = write
+
+
+def _commit(target, source, env) -> int:
+    """Move each finished ``<target>.partial`` into place, so no half-written target ever exists; journal
+    it first, so that a build killed before SCons records it cannot leave it looking up to date."""
+    for node in target:
+        partial = partial_path(env, node)
+        if os.path.exists(partial):
+            unrecorded_outputs(env).add(node.get_abspath())
+            os.replace(partial, str(node))
+        elif not os.path.exists(str(node)):
+            raise SCons.Errors.BuildError(node=node, errstr=f"the command did not write {partial}")
+    return 0
+
+
+REMOVE_STALE = SCons.Action.Action(_sweep_leftovers, None)
+
+
+COMMIT = SCons.Action.Action(_commit, None)
+
+
+def clean_leftovers(scratch_suffixes: Sequence[str] = ()) -> Callable:
+    """An emitter that, under ``scons -c``, has SCons remove the node's leftovers with the node.
+
+    Their names are random, so they are found now, at read time (only when cleaning; one listing per
+    directory), and handed to ``env.Clean``; ``scratch_suffixes`` name the node's scratch directories
+    (``<target>.inputs`` of a device link), which SCons removes with their contents."""
+    def emitter(target, source, env):
+        if SCons.Script.GetOption("clean"):
+            suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+            for node in target:
+                found = _LEFTOVERS.find(node.get_abspath(), suffix, scratch_suffixes)
+                if found:
+                    env.Clean(node, found)
+        return target, source
+    return emitter
+
+
+#: The emitter of every phase builder: see :func:`clean_leftovers`.
+CLEAN_LEFTOVERS = clean_leftovers()
+
+
+class PhaseCommandAction(SCons.Action.LazyAction):
+    """``$OFFLOAD_<PHASE>COM`` as SCons makes it (a lazy action), without ``Subst`` while the variable is
+    just the name of one of our renderers.
+
+    SCons substitutes a node's command three times (signature, message, run), and each time walks the
+    ~80 words of a ``-cc1`` line through its expansion machinery, about 1 ms a node; a :class:`Renderer`
+    already holds the final words. Any other value (``ccache $_OFFLOAD_HOST_CC1``, a function, a
+    ``$( $)`` section) takes SCons' own path, as do overrides passed to the action.
+    """
+
+    def __init__(self, phase: str, varlist: Sequence[str] = ()) -> None:
+        super().__init__(f"OFFLOAD_{phase}COM", {"cmdstr": f"$OFFLOAD_{phase}COMSTR", "varlist": tuple(varlist)})
+
+    def renderer(self, env) -> Renderer | None:
+        value = env.get(self.var)
+        if isinstance(value, str) and value[:1] == "$" and value[1:].isidentifier():
+            renderer = env.get(value[1:])
+            if isinstance(renderer, Renderer):
+                return renderer
+        return None
+
+    @staticmethod
+    def _render(renderer: Renderer, target, source, env, executor, for_signature: bool) -> list:
+        """The renderer's words for the nodes SCons' substitution would give it (the executor's, sources
+        through their repository copies)."""
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        return renderer(target, [SCons.Action.rfile(node) for node in source], env, for_signature)
+
+    def process(self, target, source, env, executor=None, overrides=None):
+        renderer = None if overrides else self.renderer(env)
+        if renderer is None:
+            return super().process(target, source, env, executor, overrides)
+        return [list(self._render(renderer, target, source, env, executor, False))], False, False
+
+    def get_targets(self, env, executor):
+        # A lazy action would make an action of the renderer (and hash its code) to answer this.
+        return self.targets if self.renderer(env) is not None else super().get_targets(env, executor)
+
+    def batch_key(self, env, target, source):
+        return None if self.renderer(env) is not None else super().batch_key(env, target, source)
+
+    def genstring(self, target, source, env, executor=None):
+        # What SCons records as the node's action (shown by --debug=explain), as a lazy action words it.
+        renderer = self.renderer(env)
+        if renderer is None:
+            return super().genstring(target, source, env, executor)
+        return f"{renderer.__name__}(target, source, env)"
+
+    def execute(self, target, source, env, executor=None):
+        """With SCons' own POSIX ``$SPAWN``, run the rendered argv without ``sh -c``: it is an argv list
+        from the driver, never shell syntax, and the shell's start costs about 1 ms a node."""
+        if env.get("SPAWN") is _SHELL_SPAWN and self.renderer(env) is not None:
+            env = env.Override({"SPAWN": _spawn_argv, "ESCAPE": str})
+        return super().execute(target, source, env, executor)
+
+    def get_presig(self, target, source, env, executor=None):
+        renderer = self.renderer(env)
+        if renderer is None:
+            return super().get_presig(target, source, env, executor)
+        return " ".join(map(str, self._render(renderer, target, source, env, executor, True)))
+
+
+_SHELL_SPAWN = SCons.Platform.posix.subprocess_spawn
+
+
+class _DeviceLinkCommandAction(PhaseCommandAction):
+    """``$OFFLOAD_DEVICELINKCOM``: a device link that fails on a device-library symbol (``__ocml_sin_f64``,
+    ``__nv_sinf``) ends with one line naming the library and what to install, rather than only the linker's
+    "undefined symbol" (see :func:`offload_builders.device_libraries.missing_library_hint`). Its messages
+    still reach the terminal as they come; they are kept to be read once it fails."""
+
+    def execute(self, target, source, env, executor=None):
+        if env.get("SPAWN") is not _SHELL_SPAWN or self.renderer(env) is None:
+            return super().execute(target, source, env, executor)
+        messages: list[str] = []
+        env = env.Override({"SPAWN": functools.partial(_spawn_keeping_stderr, messages), "ESCAPE": str})
+        status = super().execute(target, source, env, executor)
+        if status and messages:
+            hint = device_libraries.missing_library_hint("".join(messages), env.subst("$OFFLOAD_TARGET"))
+            if hint is not None and isinstance(status, SCons.Errors.BuildError):
+                status.errstr = hint  # SCons prints it in place of "Error 1"
+            elif hint is not None:
+                return SCons.Errors.BuildError(node=target[0] if target else None, errstr=hint, status=status,
+                                               exitstatus=status)
+        return status
+
+
+#: What a POSIX shell acts on in a word as SCons passes it (bare, or in "..." when it holds a space).
+_SHELL_ACTIVE = re.compile(r"""[\\"'$`*?\[~#;&|<>()\n]""")
+
+
+def _spawn_keeping_stderr(messages: list[str], shell: str, escape, command: str, args: list[str],
+                          environ: dict[str, str]) -> int:
+    """Like :func:`_spawn_argv`, with the command's standard error passed on and appended to ``messages``."""
+    argv = list(args)
+    if any(_SHELL_ACTIVE.search(arg) for arg in args):
+        argv = [shell, "-c", " ".join(SCons.Subst.quote_spaces(arg) for arg in args)]
+    try:
+        done = subprocess.run(argv, env=environ, stderr=subprocess.PIPE, close_fds=True, check=False)
+    except OSError as error:
+        print(f"{args[0]}: {error.strerror}", file=sys.stderr)
+        return 127 if error.errno == errno.ENOENT else 126
+    text = done.stderr.decode(errors="replace")
+    if text:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    messages.append(text)
+    return done.returncode
+
+
+def _spawn_argv(shell: str, escape, command: str, args: list[str], environ: dict[str, str]) -> int:
+    """``$SPAWN`` for argv that needs no shell; the exit status ``sh`` would give for a missing program.
+
+    Words that the shell would change still go through it, as SCons would pass them: users write flags
+    for the shell (``CPPDEFINES=[("V", '\\\\"1.0\\\\"')]`` relies on it to drop the backslashes)."""
+    if any(_SHELL_ACTIVE.search(arg) for arg in args):
+        return _SHELL_SPAWN(shell, escape, command, [SCons.Subst.quote_spaces(arg) for arg in args], environ)
+    try:
+        return SCons.Platform.posix.exec_subprocess(list(args), environ)
+    except OSError as error:
+        print(f"{args[0]}: {error.strerror}", file=sys.stderr)
+        return 127 if error.errno == errno.ENOENT else 126
+
+
+class HostLinkAction(SCons.Action.LazyAction):
+    """``$OFFLOAD_LINKCOM`` as SCons makes it. While it is our default line and SCons' POSIX ``$SPAWN``
+    runs it, the spawn runs the one job the driver would run for that line (its ``ld.lld``), known from
+    a probe kept in the project's probe cache, instead of starting the driver: about 20 ms a link.
+    Signature and message stay the driver line's, so nothing relinks for this and the printed command
+    still does what it says."""
+
+    def __init__(self) -> None:
+        super().__init__("OFFLOAD_LINKCOM", {"cmdstr": "$OFFLOAD_LINKCOMSTR"})
+
+    def execute(self, target, source, env, executor=None):
+        if (env.get("SPAWN") is _SHELL_SPAWN and env.get(self.var) == HOST_LINKCOM
+                and (cache := probe_cache_for(env)) is not None):
+            if executor:
+                target, source = executor.get_all_targets(), executor.get_all_sources()
+            lines = self.process(target, [SCons.Action.rfile(node) for node in source], env, executor)[0]
+            if len(lines) == 1 and not any(_for_the_shell(word) for word in lines[0]):
+                env = env.Override({"SPAWN": functools.partial(_spawn_link_job, cache), "ESCAPE": str})
+        return super().execute(target, source, env, executor)
+
+
+def _for_the_shell(word) -> bool:
+    """A word SCons would hand the shell to read (file names are literal: SCons quotes them, meaning them
+    as they are)."""
+    literal = getattr(word, "is_literal", lambda: False)()
+    return not literal and (_SHELL_ACTIVE.search(str(word)) is not None or " " in str(word) or "\t" in str(word))
+
+
+def _spawn_link_job(cache, shell: str, escape, command: str, args: list[str], environ: dict[str, str]) -> int:
+    """``$SPAWN`` for the host link (words as they are, none for the shell): the driver's own job."""
+    try:
+        job = linking.host_link_job(args, os.getcwd(), environ, cache)
+    except OffloadError:
+        job = None  # the driver does not start: running it says so
+    return _spawn_argv(shell, escape, command, list(job or args), environ)
+
+
+def phase_action(phase: str) -> SCons.Action.ListAction:
+    return SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction(phase), COMMIT])
+
+
+def check_tools_for(env, targets: Sequence[TargetID]) -> None:
+    """Fail at read time, before any compile, when a target needs a tool that is not installed."""
+    toolchain = toolchain_for(env)
+    try:
+        toolchain.tool("clang-offload-packager")
+        if any(tid.kind == "nvptx" for tid in targets):
+            toolchain.cuda_tool("ptxas")
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def command_dependency_overrides(env) -> dict:
+    """Overrides for the compile nodes: no implicit command dependency scan (unless the user configured it).
+
+    SCons finds a command's program by rendering the whole command once more and searching ``$PATH`` for
+    its first word, for every node, and then hashes the program's contents (37 MiB for CUDA 13's
+    ``ptxas``) on every run, no-op builds included. Our phase commands start with the absolute path of
+    the probed program, so :func:`depend_on_program` names it through a stamp instead.
+    """
+    return {} if "IMPLICIT_COMMAND_DEPENDENCIES" in env else {"IMPLICIT_COMMAND_DEPENDENCIES": 0}
+
+
+def program_stamp(program: str) -> str:
+    """What identifies an installed program (or device library) for rebuilds: its resolved path, size and
+    modification time (a package update changes them; the toolchain cache keys on the same)."""
+    resolved = os.path.realpath(program)
+    try:
+        status = os.stat(resolved)
+    except OSError:
+        return f"{resolved} (missing)"
+    return f"{resolved} size={status.st_size} mtime_ns={status.st_mtime_ns}"
+
+
+def depend_on_program(env, nodes, overrides: dict, template) -> None:
+    program = str(template.argv[0]) if template is not None and template.argv else ""
+    if overrides and os.path.isabs(program):
+        env.Depends(nodes, env.Value(program_stamp(program)))
+
+
+def depend_on_device_libraries(env, nodes, template) -> None:
+    """Make compile nodes depend on the device libraries their command links (``-mlink-builtin-bitcode``:
+    ROCm's ocml/oclc, libdevice, the NVPTX OpenMP runtime), each by its stamp, so an upgraded library
+    package rebuilds them. SCons would not see them otherwise: they are arguments, not sources."""
+    for path in device_libraries.linked_libraries(template.argv if template is not None else ()):
+        env.Depends(nodes, env.Value(program_stamp(path)))
+
+
+class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
+    """A link-time offload problem that does not stop the build (a target with no device code)."""
+
+
+def static_libraries(env) -> list:
+    """The static libraries ``$LIBS`` names, found in ``$LIBPATH`` as the linker would (shared ones have no
+    device code to extract)."""
+    dirs = tuple(env.Dir(d) for d in SCons.Util.flatten(env.subst_list("$LIBPATH")[0] if env.get("LIBPATH") else []))
+    prefix, suffix = env.subst("$LIBPREFIX"), env.subst("$LIBSUFFIX")
+    found = []
+    for lib in SCons.Util.flatten(env.get("LIBS", [])):
+        if not isinstance(lib, str):
+            if str(lib).endswith(suffix):
+                found.append(lib)
+            continue
+        name = env.subst(lib)
+        if os.sep in name or name.endswith(suffix):
+            found.append(env.File(name))
+            continue
+        node = SCons.Node.FS.find_file(f"{prefix}{name}{suffix}", dirs)
+        if node is not None:
+            found.append(node)
+    return found
+
+
+_SCANS: dict[tuple, linking.ScannedInputs] = {}
+
+
+def scanned_inputs(paths: Sequence[str]) -> linking.ScannedInputs:
+    """Scan the link inputs once per build for all targets (keyed on the files' identity)."""
+    key = tuple((p, st.st_mtime_ns, st.st_size) for p in paths for st in [os.stat(p)] if os.path.exists(p))
+    if key not in _SCANS:
+        _SCANS.clear()
+        _SCANS[key] = linking.scan_link_inputs(paths)
+    return _SCANS[key]
+
+
+def _inputs_dir(env, node) -> str:
+    return str(node) + ".inputs"
+
+
+def _unpack_device_inputs(target, source, env) -> int:
+    """Unpack the device input file next to the image; with no device code the image is an empty file."""
+    linking.load_wrapper_compiler()  # the wrap node follows: LLVM loads while the device link's process runs
+    directory = _inputs_dir(env, target[0])
+    _empty_directory(directory)
+    try:
+        paths = linking.unpack_device_inputs(str(source[0]), directory)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    if not paths:
+        open(partial_path(env, target[0]), "wb").close()
+    return 0
+
+
+def _remove_inputs_dir(target, source, env) -> int:
+    directory = _inputs_dir(env, target[0])
+    if _empty_directory(directory):
+        os.rmdir(directory)
+    return 0
+
+
+def _empty_directory(directory: str) -> bool:
+    """Delete the files of an unpacked-inputs directory; whether it exists."""
+    if not os.path.isdir(directory):
+        return False
+    for name in os.listdir(directory):
+        os.unlink(os.path.join(directory, name))
+    return True
+
+
+@Renderer
+def device_link_cmd(target, source, env, for_signature):
+    """The device link of one target; nothing to run when no input has device code for it."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    if for_signature:
+        inputs = [str(source[0])]
+    elif not os.path.exists(str(source[0])):
+        # Not extracted yet (scons -n on a clean tree): the command as it will run, its inputs as a pattern.
+        inputs = [os.path.join(_inputs_dir(env, target[0]), "*.o")]
+    else:
+        count = len(linking.read_device_inputs(str(source[0])))
+        if count == 0:
+            return []
+        inputs = [os.path.join(_inputs_dir(env, target[0]), f"{index:03d}.o") for index in range(count)]
+    flags, host_libraries = _device_link_arguments(env, tid, target, source, for_signature)
+    toolchain, key = toolchain_for(env), linking.group_key(tid)
+    # The driver's own job, probed when the program was declared; the driver command if the flags differ now.
+    job = linking.known_device_link(toolchain, key, flags=flags, host_libraries=host_libraries)
+    if job is not None:
+        return linking.render_device_link(job, inputs, partial_path(env, target[0]), host_libraries)
+    return linking.device_link_command(toolchain, key, inputs, partial_path(env, target[0]),
+                                       flags=flags, host_libraries=host_libraries)
+
+
+def _device_link_arguments(env, tid: TargetID, target, source, for_signature: bool) -> tuple[list[str], list[str]]:
+    """The device-link flags and (for the host-CPU image, a shared object linked against the host's
+    libraries) the library flags of one device-link node."""
+    flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
+                                            SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD,
+                                            target=target, source=source)[0]]
+    host_libraries = []
+    if tid.kind == "host-cpu":
+        host_libraries = [str(f) for f in env.subst_list("$_LIBDIRFLAGS $_LIBFLAGS", target=target, source=source)[0]]
+    return flags, host_libraries
+
+
+def probe_device_link(node, tid: TargetID) -> None:
+    """Ask the driver, at read time, for the job of this device-link node (see :func:`device_link_cmd`)."""
+    executor = node.get_executor()
+    env = executor.get_build_env()
+    targets, sources = executor.get_all_targets(), executor.get_all_sources()
+    try:
+        for for_signature in (False, True):
+            flags, host_libraries = _device_link_arguments(env, tid, targets, sources, for_signature)
+            linking.probe_device_link(toolchain_for(env), linking.group_key(tid), flags=flags,
+                                      host_libraries=host_libraries, cache=probe_cache_for(env),
+                                      warn=functools.partial(SCons.Warnings.warn, OffloadLinkWarning))
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def device_link_level(target, source, env, for_signature):
+    """The default of ``$OFFLOAD_DEVICE_LINKFLAGS``: the device link's ``-O``, as the driver maps the link line's
+    ``-O`` to ``clang-linker-wrapper --opt-level`` (``$OFFLOAD_LINKFLAGS $LINKFLAGS``), else the compile's
+    (``$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS``, and ``$OFFLOAD_HIP_FLAGS`` for HIP: a one-command build has it on
+    its link line), else ``-O2``."""
+    def words(text: str) -> list[str]:
+        mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+        return [str(word) for word in env.subst_list(text, mode, target=target, source=source)[0]]
+
+    hip = " $OFFLOAD_HIP_FLAGS" if env.get("OFFLOAD_MODEL") == "hip" else ""
+    return [linking.device_link_opt_flag(words("$OFFLOAD_LINKFLAGS $LINKFLAGS"),
+                                         words("$OFFLOAD_FLAGS $CCFLAGS $CXXFLAGS" + hip))]
+
+
+def target_link_flags(target, source, env, for_signature):
+    """``$OFFLOAD_TARGET_LINKFLAGS[target]``: device-link flags for one target ID."""
+    return target_flags(env, parse_target_id(env.subst("$OFFLOAD_TARGET")), "OFFLOAD_TARGET_LINKFLAGS")
+
+
+def function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | None = None,
+                    command: type[PhaseCommandAction] = PhaseCommandAction) -> SCons.Action.ListAction:
+    """Like :func:`phase_action` for phases whose ``$OFFLOAD_<PHASE>COM`` may be a Python function
+    (``varlist``: what its signature reads, default :data:`FUNCTION_PHASE_VARLIST`)."""
+    return SCons.Action.ListAction([
+        REMOVE_STALE, *before,
+        command(phase, FUNCTION_PHASE_VARLIST if varlist is None else varlist),
+        COMMIT, *after,
+    ])
+
+
+def in_process_action(function, phase: str, varlist: Sequence[str]) -> SCons.Action.FunctionAction:
+    """A default ``$OFFLOAD_<PHASE>COM`` that runs ``function`` in the SCons process, as one action object.
+
+    Given a bare function, SCons makes a new action from it each time it resolves the variable (for
+    the signature, the dependencies, the message and the run: five times a node) and hashes the
+    function's bytecode each time. An action object is used as it is; it carries the message and
+    ``varlist`` the builder's ``$VAR`` action would have passed.
+    """
+    return SCons.Action.Action(function, f"$OFFLOAD_{phase}COMSTR", varlist=list(varlist))
+
+
+FUNCTION_PHASE_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS")
+
+
+EXTRACT_BUILDER = SCons.Builder.Builder(action=function_phase("EXTRACT"), emitter=CLEAN_LEFTOVERS)
+
+
+DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=function_phase(
+    "DEVICELINK", before=[SCons.Action.Action(_unpack_device_inputs, None)],
+    after=[SCons.Action.Action(_remove_inputs_dir, None)], command=_DeviceLinkCommandAction),
+    emitter=clean_leftovers([".inputs"]))  # _inputs_dir: the unpacked inputs, a scratch directory
+
+
+def deploy_devices(env) -> list[str]:
+    value = env.get("OFFLOAD_DEPLOY_DEVICES") or []
+    return [env.subst(d) for d in ([value] if isinstance(value, str) else SCons.Util.flatten(value)) if d]
+
+
+def check_deployable(target, source, env) -> int:
+    """Fail the link when a deployment device would find no image it can load (see ``offload-select``)."""
+    devices = deploy_devices(env)
+    if not devices:
+        return 0
+    from offload_builders.selection import check_deployment
+
+    partial = partial_path(env, target[0])
+    try:
+        problems = check_deployment(partial, devices, llvm_version=toolchain_for(env).major)
+        message = f"{target[0]}: not deployable: " + "; ".join(problems) if problems else ""
+    except OffloadError as error:
+        message = str(error)
+    if message:
+        if os.path.lexists(partial):
+            os.unlink(partial)  # a program that is not deployable is not kept, not even as a leftover
+        raise SCons.Errors.BuildError(node=target[0], errstr=message)
+    return 0
+
+
+def check_registered_entries(target, source, env) -> int:
+    """Before the host link: every offload entry the program's objects register must be defined by every
+    target's linked image (Clang links a program that fails at run time otherwise)."""
+    images = getattr(target[0].attributes, "offload_images", ())
+    objects = [str(SCons.Action.rfile(node)) for node in source]
+    try:
+        problems = linking.missing_entries(objects, [(label, str(node)) for label, node in images])
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    if problems:
+        raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
+    return 0
+
+
+def set_default(env, key: str, value: Any) -> None:
+    if key not in env:
+        env[key] = SCons.Util.CLVar(value) if isinstance(value, list) else value
+
+
+def toolchain_exists(env) -> bool:
+    """True when a usable Clang is found for ``env`` (the tools' ``exists``)."""
+    try:
+        toolchain_for(env)
+    except SCons.Errors.UserError:
+        return False
+    return True

@@ -1,0 +1,398 @@
+"""The OpenMP model of the ``offload`` SCons tool (``$OFFLOAD_MODEL = 'openmp'``, the default).
+
+``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
+device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), a package
+(``<stem>.offload.pkg``), and makes the object itself the embed step; the renderers ask
+:class:`offload_builders.phases.PhaseModel` for the driver's own jobs. ``OffloadProgram`` links without
+``clang-linker-wrapper``: per target ID an extract and a device-link node, one wrap node (registration
+code, :mod:`offload_builders.registration`) and the host link (see :mod:`offload_builders.scons.common`).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import SCons.Action
+import SCons.Builder
+import SCons.Errors
+import SCons.Node.FS
+import SCons.Tool
+import SCons.Warnings
+
+from offload_builders import linking
+from offload_builders.errors import OffloadError
+from offload_builders.phases import (
+    LANGUAGE_BY_SUFFIX,
+    DeviceSteps,
+    HostSteps,
+    PhaseModel,
+    dependency_values,
+    language_of,
+    target_selection_flags,
+)
+from offload_builders.scons.common import (
+    CLEAN_LEFTOVERS,
+    COMMIT,
+    DEVICE_LINK_BUILDER,
+    EXTRACT_BUILDER,
+    FUNCTION_PHASE_VARLIST,
+    REMOVE_STALE,
+    OffloadLinkWarning,
+    Renderer,
+    check_tools_for,
+    command_dependency_overrides,
+    compile_flags,
+    depend_on_device_libraries,
+    depend_on_program,
+    deploy_devices,
+    function_phase,
+    in_process_action,
+    partial_path,
+    phase_action,
+    probe_device_link,
+    scanned_inputs,
+    selected_targets,
+    set_default,
+    static_libraries,
+    target_flags,
+    toolchain_for,
+    user_error,
+    warn_unmatched_keys,
+)
+from offload_builders.source_identity import identity_signature
+from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.toolchain import Toolchain, probe_cache
+
+#: The source suffixes of this model (C and C++), each with the language the driver is told.
+SOURCE_SUFFIXES: tuple[str, ...] = tuple(LANGUAGE_BY_SUFFIX)
+
+
+#: One phase model per toolchain, top directory and probe cache file, so its templates are made once.
+_MODELS: dict[tuple[Toolchain, str, str], PhaseModel] = {}
+
+
+def _model(env) -> PhaseModel:
+    top = env.Dir("#").abspath
+    cache_path = os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
+    key = (toolchain_for(env), top, cache_path)
+    if key not in _MODELS:
+        _MODELS[key] = PhaseModel(key[0], top, probe_cache(cache_path) if cache_path else None)
+    return _MODELS[key]
+
+
+def _object_of(target) -> list:
+    """The fat object a compile node belongs to, as a target list: ``$TARGET`` in the user's compile flags
+    means it in every phase (``-MF ${TARGET}.d`` names one dependency file, written by the host front end),
+    and all phases of a source share one driver probe."""
+    obj = getattr(target[0].attributes, "offload_object", None) if target else None
+    return target if obj is None else [obj]
+
+
+def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
+    language = language_of(str(source[0]))
+    return _model(env).host_steps(language, compile_flags(env, _object_of(target), source, for_signature, language))
+
+
+def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
+    language = language_of(str(source[0]))
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags = compile_flags(env, _object_of(target), source, for_signature, language) + tuple(target_flags(env, tid))
+    return _model(env).device_steps(tid, language, flags)
+
+
+@Renderer
+def _host_cc1(target, source, env, for_signature):
+    steps = _host_steps(env, target, source, for_signature)
+    return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
+                                 output=partial_path(env, target[0]),
+                                 **dependency_values(steps.frontend, str(_object_of(target)[0])))
+
+
+@Renderer
+def _device_cc1(target, source, env, for_signature):
+    steps = _device_steps(env, target, source, for_signature)
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                host_bc=str(source[1]), output=partial_path(env, target[0]))
+
+
+@Renderer
+def _assemble_cmd(target, source, env, for_signature):
+    original = env["_OFFLOAD_ORIGINAL_SOURCE"]
+    steps = _device_steps(env, target, [original], for_signature)
+    assert steps.assemble is not None
+    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+
+
+@Renderer
+def _package_cmd(target, source, env, for_signature):
+    original = env["_OFFLOAD_ORIGINAL_SOURCE"]
+    images = []
+    for node, tid_text in zip(source, env["_OFFLOAD_PACKAGE_TARGETS"]):
+        steps = _device_steps(env.Override({"OFFLOAD_TARGET": tid_text}), target, [original], for_signature)
+        images.append((steps, str(node)))
+    return _model(env).package_command(images, partial_path(env, target[0]))
+
+
+def _package_in_process(target, source, env) -> int:
+    """The package step without a process: our OffloadBinary writer, byte-identical to the packager's
+    output for the very ``--image=`` specs the driver would pass it (``$_OFFLOAD_PACKAGE_CMD`` runs the tool)."""
+    from offload_builders.formats.offload_binary import kind_table, packager_images, write_offload_binaries
+
+    command = _package_cmd(target, source, env, False)
+    table = kind_table(toolchain_for(env).major)
+    images = []
+    for arg in command:
+        if str(arg).startswith("--image="):
+            images.extend(packager_images(str(arg)[len("--image="):], table))
+    write_offload_binaries(images, partial_path(env, target[0]))
+    return 0
+
+
+@Renderer
+def _embed_cc1(target, source, env, for_signature):
+    """The object's source is the original source; the emitter recorded its host bitcode and package."""
+    inputs = getattr(target[0].attributes, "offload_inputs", None)
+    if inputs is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    host_bc, package = inputs
+    steps = _host_steps(env, target, source, for_signature)
+    return steps.embed.render(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
+                              output=partial_path(env, target[0]))
+
+
+class _SourceIdentityAction(SCons.Action.ActionBase):
+    """Puts the identity (device, inode) of the source and of every header it includes into the host front
+    end's build signature; runs nothing. OpenMP target regions are named after it, so a file re-created with
+    the same bytes must run the host front end, and through its new bitcode every device compile, again
+    (see :mod:`offload_builders.source_identity`). SCons computes the signature once the source and its
+    headers are built and scanned, just before it decides whether the node runs."""
+
+    def __call__(self, target, source, env, *args, **kwargs) -> int:
+        return 0
+
+    def __str__(self) -> str:
+        return "source identity"
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        paths = [str(SCons.Action.rfile(node)) for node in source]
+        for node in target[0].implicit or ():
+            if isinstance(node, SCons.Node.FS.File):
+                paths.append(str(SCons.Action.rfile(node)))
+        return identity_signature(paths).encode()
+
+    def get_implicit_deps(self, target, source, env, executor=None) -> list:
+        return []
+
+    def get_varlist(self, target, source, env, executor=None) -> tuple:
+        return ()
+
+
+_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
+                                                                     *phase_action("HOST").list]),
+                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True,
+                                      emitter=CLEAN_LEFTOVERS)
+
+
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+                                        emitter=CLEAN_LEFTOVERS)
+
+
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
+
+
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
+    REMOVE_STALE,
+    SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR", varlist=["_OFFLOAD_PACKAGE_TARGETS"]),
+    COMMIT,
+]), emitter=CLEAN_LEFTOVERS)
+
+
+def object_emitter(target, source, env):
+    """Expand one fat object into host front end, per-target device nodes, package and embed."""
+    if len(source) != 1:
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
+                                     f" for {target[0]}")
+    obj, src = target[0], source[0]
+    targets = selected_targets(env)
+    check_tools_for(env, targets)
+    stem = os.path.splitext(obj.name)[0]
+    directory = obj.dir
+    try:
+        language = language_of(str(src))
+        # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
+        flags = compile_flags(env, [obj], [src], False, language)
+        warn_unmatched_keys(env, "OFFLOAD_TARGET_FLAGS", targets)
+        per_target = {tid: tuple(target_flags(env, tid)) for tid in targets}
+        _check_no_target_selection(flags, "$OFFLOAD_FLAGS, $CCFLAGS, $CXXFLAGS/$CFLAGS or $CPPFLAGS", targets)
+        for tid, extra in per_target.items():
+            _check_no_target_selection(extra, f"$OFFLOAD_TARGET_FLAGS[{str(tid)!r}]", targets)
+        model = _model(env)
+        host = model.host_steps(language, flags)
+        plans = {tid: model.device_steps(tid, language, flags + extra) for tid, extra in per_target.items()}
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"{src}: {error}") from None
+
+    overrides = command_dependency_overrides(env)
+    host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src], **overrides)
+    depend_on_program(env, host_bc, overrides, host.frontend)
+    images, compiled = [], []
+    for tid, steps in plans.items():
+        device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
+                                 [src] + host_bc, OFFLOAD_TARGET=str(tid), **overrides)
+        depend_on_program(env, device, overrides, steps.compile)
+        depend_on_device_libraries(env, device, steps.compile)
+        compiled.extend(device)
+        if steps.assemble is not None:
+            device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
+                                       device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
+            depend_on_program(env, device, overrides, steps.assemble)
+            compiled.extend(device)
+        images.extend(device)
+    package = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
+                               _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
+                               _OFFLOAD_ORIGINAL_SOURCE=src)
+    for node in [*host_bc, *package, *compiled]:
+        node.attributes.offload_object = obj
+    obj.attributes.offload_inputs = (host_bc[0], package[0])
+    env.Depends(obj, host_bc + package)
+    depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
+    return target, source
+
+
+def _check_no_target_selection(flags: Sequence[str], where: str, targets: Sequence[TargetID]) -> None:
+    """One clear error for a flag that chooses offload targets itself (``--offload-arch=``): the tool makes
+    one node per target of ``$OFFLOAD_ARCHS``, and the driver would add that flag's targets to each."""
+    chosen = target_selection_flags(flags)
+    if chosen:
+        raise SCons.Errors.UserError(
+            f"{chosen[0]} in {where}: the offload targets belong in $OFFLOAD_ARCHS (now "
+            f"{','.join(str(tid) for tid in targets)}), e.g. OFFLOAD_ARCHS=['x86_64', 'sm_90']; remove the flag")
+
+
+def _device_runtime(env):
+    try:
+        return env.File(str(linking.device_runtime(toolchain_for(env))))
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def _extract_device_inputs(target, source, env) -> int:
+    """Write the target's device files (Clang 19's selection from all link inputs) to its device input file."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    key = linking.group_key(tid)
+    try:
+        scanned = scanned_inputs([str(node) for node in source])
+        problems = linking.check_entries(scanned, key, str(tid))
+        if problems:
+            raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
+        files = linking.select_device_files(scanned, key)
+        if not files:
+            SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no device code for {tid} in any input: the "
+                                                     f"program has no {tid} image")
+        linking.write_device_inputs(files, partial_path(env, target[0]))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
+def _wrap_images(target, source, env) -> int:
+    """Generate the registration object for the linked images (no Clang process: llvmlite does it).
+    An empty image file means the target has no device code: it is not registered."""
+    images = [(linking.group_key(parse_target_id(tid_text)), str(node))
+              for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]) if os.path.getsize(str(node)) > 0]
+    try:
+        data = linking.wrap_openmp_images(images, toolchain_for(env).major)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    with open(partial_path(env, target[0]), "wb") as f:
+        f.write(data)
+    return 0
+
+
+def _wrapper_object(target, source, env, for_signature):
+    wrapper = getattr(target[0].attributes, "offload_wrapper", None)
+    if wrapper is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadProgram")
+    return [str(wrapper)]
+
+
+def _host_runtime(target, source, env, for_signature):
+    return linking.host_runtime_arguments(toolchain_for(env))
+
+
+EXTRACT_IN_PROCESS = in_process_action(_extract_device_inputs, "EXTRACT", FUNCTION_PHASE_VARLIST)
+
+
+WRAP_IN_PROCESS = in_process_action(_wrap_images, "WRAP", FUNCTION_PHASE_VARLIST)
+
+
+PACKAGE_IN_PROCESS = in_process_action(_package_in_process, "PACKAGE", ["_OFFLOAD_PACKAGE_TARGETS"])
+
+
+_WRAP_BUILDER = SCons.Builder.Builder(action=function_phase("WRAP"), emitter=CLEAN_LEFTOVERS)
+
+
+def _check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
+    toolchain = toolchain_for(env)
+    try:
+        linking.device_runtime(toolchain)
+        if any(tid.kind == "amdgpu" for tid in targets):
+            toolchain.tool("ld.lld")
+        if any(tid.kind == "nvptx" for tid in targets):
+            toolchain.tool("clang-nvlink-wrapper")
+            toolchain.cuda_tool("nvlink")
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def program_emitter(target, source, env):
+    """Expand the link into per-target extract and device-link nodes, one wrap node and the host link."""
+    targets = selected_targets(env)
+    check_tools_for(env, targets)
+    _check_link_tools_for(env, targets)
+    warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
+    devices = deploy_devices(env)
+    if devices:
+        from offload_builders.selection import parse_device
+
+        try:
+            for device in devices:
+                name, *capabilities = device.replace(";", " ").split()
+                parse_device(name, capabilities)
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"OFFLOAD_DEPLOY_DEVICES: {error}") from None
+    program = target[0]
+    stem, directory = program.name, program.dir
+    inputs = list(source) + static_libraries(env) + [_device_runtime(env)]
+    images = []
+    for tid in targets:
+        device_inputs = EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
+                                         OFFLOAD_TARGET=str(tid))
+        image = DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.img")], device_inputs,
+                                     OFFLOAD_TARGET=str(tid))
+        probe_device_link(image[0], tid)
+        images.extend(image)
+    program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
+    wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
+                            _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
+    program.attributes.offload_wrapper = wrapper[0]
+    env.Depends(program, wrapper)
+    return target, source
+
+
+def generate(env) -> None:
+    """Give ``env`` this model's renderers (``$_OFFLOAD_<PHASE>_CC1`` and friends) and its in-process
+    defaults of ``$OFFLOAD_PACKAGECOM``, ``$OFFLOAD_EXTRACTCOM`` and ``$OFFLOAD_WRAPCOM`` (called by the
+    tool's ``generate``; the HIP model replaces what it does differently)."""
+    env["_OFFLOAD_HOST_CC1"] = _host_cc1
+    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
+    env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
+    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
+    env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
+    env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
+    env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime
+    set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
+    set_default(env, "OFFLOAD_EXTRACTCOM", EXTRACT_IN_PROCESS)
+    set_default(env, "OFFLOAD_WRAPCOM", WRAP_IN_PROCESS)
