@@ -34,6 +34,7 @@ import SCons.Warnings
 from offload_builders import device_libraries, leftovers, linking
 from offload_builders.driver import portable_signature
 from offload_builders.errors import OffloadError
+from offload_builders.phase_table import LINK, OPENMP, Phase, row
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
 
@@ -66,10 +67,7 @@ def probe_cache_for(env) -> ProbeCache | None:
 
 #: The host link's default command line (``$OFFLOAD_LINKCOM``): while it is this line, :class:`HostLinkAction`
 #: runs the driver's own link job without starting the driver.
-HOST_LINKCOM = (
-    "$OFFLOAD_CXX -o ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $_OFFLOAD_WRAPPER_OBJECT $OFFLOAD_LINKFLAGS"
-    " $LINKFLAGS $_OFFLOAD_RPATH $SOURCES $_LIBDIRFLAGS $_LIBFLAGS $_OFFLOAD_HOST_RUNTIME"
-)
+HOST_LINKCOM = row(Phase.LINK, OPENMP, LINK).default
 
 
 def selected_targets(env) -> tuple[TargetID, ...]:

@@ -93,6 +93,7 @@ from offload_builders.hip_phases import (
     hip_runtime_library,
     is_rdc,
 )
+from offload_builders.phase_table import HIP, LINK, Phase, node_name, row
 from offload_builders.scons import openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
@@ -134,7 +135,7 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_HIP_COMPRESS": None,
     "OFFLOAD_HIP_COMPRESSION_LEVEL": None,
     # The OpenMP link's per-target device link has the same variables; HIP only swaps the callable.
-    "OFFLOAD_DEVICELINKCOM": "$_OFFLOAD_DEVICE_LINK_CMD",
+    "OFFLOAD_DEVICELINKCOM": row(Phase.DEVICELINK, HIP).default,
 }
 
 #: A CUID becomes part of symbol names (``__hip_cuid_*``, RDC stubs): keep it to identifier characters.
@@ -458,19 +459,20 @@ def _object_emitter(target, source, env):
 
     images = []
     for tid, steps in plans.items():
-        device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")], [src],
-                                 OFFLOAD_TARGET=str(tid))
+        compiled_name = node_name(Phase.DEVICE, HIP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
+        device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src], OFFLOAD_TARGET=str(tid))
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
         if steps.link is not None:
-            device = _DEVICELINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device,
+            code_object = node_name(Phase.DEVICELINK, HIP, stem=stem, target=tid.file_token)
+            device = _DEVICELINK_BUILDER(env, [directory.File(code_object)], device,
                                          OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
         images.extend(device)
     order = tuple(str(tid) for tid in plans)
     if host.rdc:
-        device_side = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
+        device_side = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, HIP, stem=stem))], images,
                                        _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
     else:
-        device_side = _BUNDLE_BUILDER(env, [directory.File(f"{stem}.hipfb")], images,
+        device_side = _BUNDLE_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, HIP, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)
@@ -623,11 +625,13 @@ def _program_emitter(target, source, env):
     ordered = sorted(targets, key=str, reverse=True)
     images = []
     for tid in ordered:
-        device_inputs = EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
-                                               OFFLOAD_TARGET=str(tid))
-        images.extend(DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.hsaco")], device_inputs,
-                                           OFFLOAD_TARGET=str(tid), _OFFLOAD_HIP_PROGRAM_LINK=True))
-    wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
+        names = {"program": stem, "target": tid.file_token}
+        device_inputs = EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, HIP, LINK, **names))], inputs,
+                                        OFFLOAD_TARGET=str(tid))
+        images.extend(DEVICE_LINK_BUILDER(env, [directory.File(node_name(Phase.DEVICELINK, HIP, LINK, **names))],
+                                          device_inputs, OFFLOAD_TARGET=str(tid), _OFFLOAD_HIP_PROGRAM_LINK=True))
+    wrapper_name = node_name(Phase.WRAP, HIP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
+    wrapper = _WRAP_BUILDER(env, [directory.File(wrapper_name)], images,
                             _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in ordered))
     program.attributes.offload_wrapper = wrapper[0]
     env.Depends(program, wrapper)

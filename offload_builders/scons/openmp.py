@@ -21,6 +21,7 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
+from offload_builders.phase_table import LINK, OPENMP, Phase, node_name
 from offload_builders.phases import (
     LANGUAGE_BY_SUFFIX,
     DeviceSteps,
@@ -235,22 +236,25 @@ def object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
     overrides = command_dependency_overrides(env)
-    host_bc = _HOST_BUILDER(env, [directory.File(f"{stem}.host.bc")], [src], **overrides)
+    host_bc = _HOST_BUILDER(env, [directory.File(node_name(Phase.HOST, OPENMP, stem=stem))], [src], **overrides)
     depend_on_program(env, host_bc, overrides, host.frontend)
     images, compiled = [], []
     for tid, steps in plans.items():
-        device = _DEVICE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev{steps.compile_suffix}")],
-                                 [src] + host_bc, OFFLOAD_TARGET=str(tid), **overrides)
+        compiled_name = node_name(Phase.DEVICE, OPENMP, stem=stem, target=tid.file_token,
+                                  suffix=steps.compile_suffix)
+        device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src] + host_bc,
+                                 OFFLOAD_TARGET=str(tid), **overrides)
         depend_on_program(env, device, overrides, steps.compile)
         depend_on_device_libraries(env, device, steps.compile)
         compiled.extend(device)
         if steps.assemble is not None:
-            device = _ASSEMBLE_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.dev.cubin{steps.image_suffix}")],
-                                       device, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
+            cubin = node_name(Phase.ASSEMBLE, OPENMP, stem=stem, target=tid.file_token, suffix=steps.image_suffix)
+            device = _ASSEMBLE_BUILDER(env, [directory.File(cubin)], device, OFFLOAD_TARGET=str(tid),
+                                       _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
             depend_on_program(env, device, overrides, steps.assemble)
             compiled.extend(device)
         images.extend(device)
-    package = _PACKAGE_BUILDER(env, [directory.File(f"{stem}.offload.pkg")], images,
+    package = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, OPENMP, stem=stem))], images,
                                _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
                                _OFFLOAD_ORIGINAL_SOURCE=src)
     for node in [*host_bc, *package, *compiled]:
@@ -368,14 +372,16 @@ def program_emitter(target, source, env):
     inputs = list(source) + static_libraries(env) + [_device_runtime(env)]
     images = []
     for tid in targets:
-        device_inputs = EXTRACT_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.devin")], inputs,
-                                         OFFLOAD_TARGET=str(tid))
-        image = DEVICE_LINK_BUILDER(env, [directory.File(f"{stem}.{tid.file_token}.img")], device_inputs,
-                                     OFFLOAD_TARGET=str(tid))
+        names = {"program": stem, "target": tid.file_token}
+        device_inputs = EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, OPENMP, LINK, **names))], inputs,
+                                        OFFLOAD_TARGET=str(tid))
+        image = DEVICE_LINK_BUILDER(env, [directory.File(node_name(Phase.DEVICELINK, OPENMP, LINK, **names))],
+                                    device_inputs, OFFLOAD_TARGET=str(tid))
         probe_device_link(image[0], tid)
         images.extend(image)
     program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
-    wrapper = _WRAP_BUILDER(env, [directory.File(f"{stem}.offload.wrapper{env.subst('$OBJSUFFIX')}")], images,
+    wrapper_name = node_name(Phase.WRAP, OPENMP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
+    wrapper = _WRAP_BUILDER(env, [directory.File(wrapper_name)], images,
                             _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
     program.attributes.offload_wrapper = wrapper[0]
     env.Depends(program, wrapper)

@@ -29,11 +29,11 @@ import SCons.Errors
 import SCons.Scanner.Prog
 import SCons.Util
 
+from offload_builders.phase_table import OPENMP, command_defaults
 from offload_builders.scons import hip, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
-    HOST_LINKCOM,
     REMOVE_STALE,
     HostLinkAction,
     OffloadLinkWarning,
@@ -73,16 +73,11 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_LINKFLAGS": [],
     "OFFLOAD_PARTIAL_SUFFIX": ".partial",
     "OFFLOAD_PROBE_CACHE": ".sconsign.offload-probes.json",  # relative to the top directory; '' disables
-    "OFFLOAD_HOSTCOM": "$_OFFLOAD_HOST_CC1",
-    "OFFLOAD_DEVICECOM": "$_OFFLOAD_DEVICE_CC1",
-    "OFFLOAD_ASSEMBLECOM": "$_OFFLOAD_ASSEMBLE_CMD",
-    "OFFLOAD_EMBEDCOM": "$_OFFLOAD_EMBED_CC1",
+    # $OFFLOAD_HOSTCOM, DEVICECOM, ASSEMBLECOM, EMBEDCOM, ARCOM, DEVICELINKCOM and LINKCOM: the phase table's.
+    **command_defaults(OPENMP),
     "OFFLOAD_DEVICE_LINKFLAGS": ["$_OFFLOAD_DEVICE_LINK_LEVEL"],  # the -O of the link or compile flags, else -O2
     "OFFLOAD_TARGET_LINKFLAGS": {},
     "OFFLOAD_DEPLOY_DEVICES": [],  # e.g. ["gfx90a:sramecc+:xnack-", "sm_90"]: each must find an image
-    "OFFLOAD_DEVICELINKCOM": "$_OFFLOAD_DEVICE_LINK_CMD",
-    "OFFLOAD_LINKCOM": HOST_LINKCOM,
-    "OFFLOAD_ARCOM": "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES",
 }
 
 

@@ -1,0 +1,86 @@
+"""The README's phase tables and node names against the one phase table (offload_builders.phase_table)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from offload_builders.phase_table import COMPILE, HIP, LINK, OPENMP, PHASES, Default, Phase, command_defaults, row
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def _table_after(heading: str) -> list[list[str]]:
+    """The rows (cells) of the first Markdown table after the line that starts with ``heading``."""
+    lines = README[README.index(heading):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| phase |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _pattern(node: str, stem: str) -> re.Pattern[str]:
+    """A node pattern of the table as the README writes its examples (a target ID or ``<target>``)."""
+    text = re.escape(node)
+    for field, regex in (("stem", re.escape(stem)), ("program", re.escape(stem)), ("target", r"(<target>|[\w:]+)"),
+                         ("suffix", r"(\.\{[a-z,]+\}|\.\w+)"), ("obj", r"\.o")):
+        text = text.replace(re.escape("{" + field + "}"), regex)
+    return re.compile(text)
+
+
+def _rows(model: str, side: str) -> list:
+    return [spec for spec in PHASES if model in spec.models and spec.side == side and spec.phase is not Phase.AR]
+
+
+def _check_table(cells: list[list[str]], specs: list) -> None:
+    assert [c[0] for c in cells] == [spec.title for spec in specs]
+    for (title, node, command), spec in zip(cells, specs):
+        assert _pattern(spec.node, "zaxpy").fullmatch(node.strip("`")), (title, node, spec.node)
+        assert f"${spec.com}" in command, (title, command)
+
+
+def test_readme_source_table_is_the_openmp_compile_phases():
+    _check_table(_table_after("Each source becomes these nodes"), _rows(OPENMP, COMPILE))
+
+
+def test_readme_program_table_is_the_openmp_link_phases():
+    _check_table(_table_after("and each `OffloadProgram` these"), _rows(OPENMP, LINK))
+
+
+def test_readme_hip_paragraph_names_the_hip_nodes():
+    section = README[README.index("## HIP (`OFFLOAD_MODEL='hip'`)"):]
+    section = section[:section.index("\n## ", 1) if "\n## " in section[1:] else len(section)]
+    named = set(re.findall(r"`(<stem>\.[^`]+)`", section))
+    expected = {row(phase, HIP).node for phase in (Phase.DEVICE, Phase.DEVICELINK, Phase.BUNDLE)}
+    for node in expected:
+        assert any(_pattern(node, "<stem>").fullmatch(name) for name in named), node
+    for name in named:
+        assert any(_pattern(spec.node, "<stem>").fullmatch(name) for spec in PHASES if HIP in spec.models), name
+
+
+def test_every_phase_has_its_variables_and_one_row_per_model_and_side():
+    seen = set()
+    for spec in PHASES:
+        assert spec.com == f"OFFLOAD_{spec.phase.value}COM" and spec.comstr == spec.com + "STR"
+        for model in spec.models:
+            key = (spec.phase, model, spec.side)
+            assert key not in seen, key
+            seen.add(key)
+        if spec.default_kind is Default.ACTION:
+            assert spec.default.isidentifier()
+    assert set(command_defaults(OPENMP)) == {"OFFLOAD_HOSTCOM", "OFFLOAD_DEVICECOM", "OFFLOAD_ASSEMBLECOM",
+                                             "OFFLOAD_EMBEDCOM", "OFFLOAD_ARCOM", "OFFLOAD_DEVICELINKCOM",
+                                             "OFFLOAD_LINKCOM"}
+
+
+def test_in_process_defaults_are_the_model_modules_actions():
+    """Each ACTION default names an object of its model's SCons module, and the tool installs it."""
+    from offload_builders.scons import hip, openmp
+
+    modules = {OPENMP: openmp, HIP: hip}
+    for spec in PHASES:
+        if spec.default_kind is Default.ACTION:
+            for model in spec.models:
+                assert hasattr(modules[model], spec.default), (model, spec.default)
