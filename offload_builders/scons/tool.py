@@ -18,6 +18,11 @@ Each phase has one ``$OFFLOAD_<PHASE>COM`` / ``$OFFLOAD_<PHASE>COMSTR`` pair. Th
 ``-cc1`` job for that phase (see :mod:`offload_builders.phases`); the user's ``$CCFLAGS``,
 ``$CXXFLAGS``/``$CFLAGS``, ``$_CCCOMCOM`` and ``$OFFLOAD_FLAGS`` go through the driver, and
 ``$OFFLOAD_TARGET_FLAGS[target]`` only into that target's device compile.
+
+This module registers the variables (their phase commands from :mod:`offload_builders.phase_table`) and
+the builders; the shared actions, renderers and link nodes are :mod:`offload_builders.scons.common`'s,
+the models' emitters and renderers :mod:`offload_builders.scons.openmp`'s and
+:mod:`offload_builders.scons.hip`'s.
 """
 from __future__ import annotations
 
