@@ -525,6 +525,19 @@ def scanned_inputs(paths: Sequence[str]) -> linking.ScannedInputs:
     return _SCANS[key]
 
 
+def extract_device_inputs(target, source, env, choose: Callable[..., list[linking.FoundBinary]]) -> int:
+    """An extract node's action: scan the link inputs (once per build for all targets), let the model's
+    ``choose(target, env, scanned, tid, key)`` pick one target's device files (it raises ``BuildError``
+    for what stops the link), and write them to the node's device input file."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    try:
+        files = choose(target, env, scanned_inputs([str(node) for node in source]), tid, linking.group_key(tid))
+        linking.write_device_inputs(files, partial_path(env, target[0]))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
 def _inputs_dir(env, node) -> str:
     return str(node) + ".inputs"
 

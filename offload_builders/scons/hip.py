@@ -108,12 +108,12 @@ from offload_builders.scons.common import (
     compile_flags,
     depend_on_device_libraries,
     device_link_cmd,
+    extract_device_inputs,
     function_phase,
     in_process_action,
     partial_path,
     phase_action,
     probe_cache_for,
-    scanned_inputs,
     selected_targets,
     set_default,
     static_libraries,
@@ -494,25 +494,24 @@ def offload_hip_extract(target, source, env) -> int:
     registers kernels or variables but has no code for the target is an error here; Clang links it and
     the program fails when it launches such a kernel.
     """
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    key = linking.group_key(tid)
-    try:
-        major = toolchain_for(env).major
-        scanned = scanned_inputs([str(node) for node in source])
-        missing = [obj.path for obj in linking.objects_without_code(scanned, key, linking.HIP_ENTRY_SECTIONS)]
-        if missing:
-            raise SCons.Errors.BuildError(
-                node=target[0], errstr=f"{', '.join(missing)}: HIP kernels or device variables but no device code for"
-                f" {tid}; compile with that target in OFFLOAD_ARCHS or drop {tid} from the link")
-        files = [found for found in linking.select_device_files(scanned, key)
-                 if found.binary.offload_kind_name(major) == "hip"]
-        if not files:
-            SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP device code for {tid} in any input: the"
-                                                     f" program has no {tid} code object")
-        linking.write_device_inputs(files, partial_path(env, target[0]))
-    except OffloadError as error:
-        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
-    return 0
+    return extract_device_inputs(target, source, env, _hip_device_files)
+
+
+def _hip_device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
+                      key: linking.GroupKey) -> list[linking.FoundBinary]:
+    """The ``hip``-kind files of Clang 19's selection; registrations without code for ``tid`` stop the link."""
+    major = toolchain_for(env).major
+    missing = [obj.path for obj in linking.objects_without_code(scanned, key, linking.HIP_ENTRY_SECTIONS)]
+    if missing:
+        raise SCons.Errors.BuildError(
+            node=target[0], errstr=f"{', '.join(missing)}: HIP kernels or device variables but no device code for"
+            f" {tid}; compile with that target in OFFLOAD_ARCHS or drop {tid} from the link")
+    files = [found for found in linking.select_device_files(scanned, key)
+             if found.binary.offload_kind_name(major) == "hip"]
+    if not files:
+        SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP device code for {tid} in any input: the"
+                                                 f" program has no {tid} code object")
+    return files
 
 
 def _devicelink_cmd(target, source, env, for_signature):

@@ -46,12 +46,12 @@ from offload_builders.scons.common import (
     depend_on_device_libraries,
     depend_on_program,
     deploy_devices,
+    extract_device_inputs,
     function_phase,
     in_process_action,
     partial_path,
     phase_action,
     probe_device_link,
-    scanned_inputs,
     selected_targets,
     set_default,
     static_libraries,
@@ -282,23 +282,23 @@ def _device_runtime(env):
         raise user_error(error) from None
 
 
+def _openmp_device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
+                         key: linking.GroupKey) -> list[linking.FoundBinary]:
+    """Clang 19's selection from all link inputs; an object that registers entries without code for ``tid``
+    stops the link."""
+    problems = linking.check_entries(scanned, key, str(tid))
+    if problems:
+        raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
+    files = linking.select_device_files(scanned, key)
+    if not files:
+        SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no device code for {tid} in any input: the "
+                                                 f"program has no {tid} image")
+    return files
+
+
 def _extract_device_inputs(target, source, env) -> int:
     """Write the target's device files (Clang 19's selection from all link inputs) to its device input file."""
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    key = linking.group_key(tid)
-    try:
-        scanned = scanned_inputs([str(node) for node in source])
-        problems = linking.check_entries(scanned, key, str(tid))
-        if problems:
-            raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
-        files = linking.select_device_files(scanned, key)
-        if not files:
-            SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no device code for {tid} in any input: the "
-                                                     f"program has no {tid} image")
-        linking.write_device_inputs(files, partial_path(env, target[0]))
-    except OffloadError as error:
-        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
-    return 0
+    return extract_device_inputs(target, source, env, _openmp_device_files)
 
 
 def _wrap_images(target, source, env) -> int:
