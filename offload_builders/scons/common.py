@@ -34,7 +34,7 @@ import SCons.Warnings
 from offload_builders import device_libraries, leftovers, linking
 from offload_builders.driver import portable_signature
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import LINK, OPENMP, Phase, row
+from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
 
@@ -727,3 +727,29 @@ def toolchain_exists(env) -> bool:
     except SCons.Errors.UserError:
         return False
     return True
+
+
+def program_link_nodes(env, program, inputs, targets: Sequence[TargetID], model: str, wrap_builder, *,
+                       probe: bool = False, **link_overrides: Any) -> list:
+    """The link side of ``program`` both models share: per target ID, in the order given, an extract node
+    over ``inputs`` and a device-link node (``link_overrides`` on it; ``probe``: ask the driver for its job
+    now, see :func:`probe_device_link`), then one ``wrap_builder`` node over the images, which the program
+    depends on and records (``offload_wrapper``). Node names are the phase table's for ``model``. Returns
+    the images, in the order of ``targets``."""
+    stem, directory = program.name, program.dir
+    images = []
+    for tid in targets:
+        names = {"program": stem, "target": tid.file_token}
+        device_inputs = EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, model, LINK, **names))], inputs,
+                                        OFFLOAD_TARGET=str(tid))
+        image = DEVICE_LINK_BUILDER(env, [directory.File(node_name(Phase.DEVICELINK, model, LINK, **names))],
+                                    device_inputs, OFFLOAD_TARGET=str(tid), **link_overrides)
+        if probe:
+            probe_device_link(image[0], tid)
+        images.extend(image)
+    wrapper_name = node_name(Phase.WRAP, model, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
+    wrapper = wrap_builder(env, [directory.File(wrapper_name)], images,
+                           _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
+    program.attributes.offload_wrapper = wrapper[0]
+    env.Depends(program, wrapper)
+    return images

@@ -93,13 +93,11 @@ from offload_builders.hip_phases import (
     hip_runtime_library,
     is_rdc,
 )
-from offload_builders.phase_table import HIP, LINK, Phase, node_name, row
+from offload_builders.phase_table import HIP, Phase, node_name, row
 from offload_builders.scons import openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
-    DEVICE_LINK_BUILDER,
-    EXTRACT_BUILDER,
     FUNCTION_PHASE_VARLIST,
     REMOVE_STALE,
     OffloadLinkWarning,
@@ -114,6 +112,7 @@ from offload_builders.scons.common import (
     partial_path,
     phase_action,
     probe_cache_for,
+    program_link_nodes,
     selected_targets,
     set_default,
     static_libraries,
@@ -617,23 +616,10 @@ def _program_emitter(target, source, env):
     if not is_rdc(_hip_flags(env, target, source, False)):
         return target, source
     _check_device_linker(env)
-    program = target[0]
-    stem, directory = program.name, program.dir
     inputs = list(source) + static_libraries(env)
     # The wrapper's bundle order (target ID descending); fixed here, so the list's order changes nothing.
     ordered = sorted(targets, key=str, reverse=True)
-    images = []
-    for tid in ordered:
-        names = {"program": stem, "target": tid.file_token}
-        device_inputs = EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, HIP, LINK, **names))], inputs,
-                                        OFFLOAD_TARGET=str(tid))
-        images.extend(DEVICE_LINK_BUILDER(env, [directory.File(node_name(Phase.DEVICELINK, HIP, LINK, **names))],
-                                          device_inputs, OFFLOAD_TARGET=str(tid), _OFFLOAD_HIP_PROGRAM_LINK=True))
-    wrapper_name = node_name(Phase.WRAP, HIP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
-    wrapper = _WRAP_BUILDER(env, [directory.File(wrapper_name)], images,
-                            _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in ordered))
-    program.attributes.offload_wrapper = wrapper[0]
-    env.Depends(program, wrapper)
+    program_link_nodes(env, target[0], inputs, ordered, HIP, _WRAP_BUILDER, _OFFLOAD_HIP_PROGRAM_LINK=True)
     return target, source
 
 

@@ -21,7 +21,7 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import LINK, OPENMP, Phase, node_name
+from offload_builders.phase_table import OPENMP, Phase, node_name
 from offload_builders.phases import (
     LANGUAGE_BY_SUFFIX,
     DeviceSteps,
@@ -34,8 +34,6 @@ from offload_builders.phases import (
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
-    DEVICE_LINK_BUILDER,
-    EXTRACT_BUILDER,
     FUNCTION_PHASE_VARLIST,
     REMOVE_STALE,
     OffloadLinkWarning,
@@ -51,7 +49,7 @@ from offload_builders.scons.common import (
     in_process_action,
     partial_path,
     phase_action,
-    probe_device_link,
+    program_link_nodes,
     selected_targets,
     set_default,
     static_libraries,
@@ -368,23 +366,9 @@ def program_emitter(target, source, env):
         except OffloadError as error:
             raise SCons.Errors.UserError(f"OFFLOAD_DEPLOY_DEVICES: {error}") from None
     program = target[0]
-    stem, directory = program.name, program.dir
     inputs = list(source) + static_libraries(env) + [_device_runtime(env)]
-    images = []
-    for tid in targets:
-        names = {"program": stem, "target": tid.file_token}
-        device_inputs = EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, OPENMP, LINK, **names))], inputs,
-                                        OFFLOAD_TARGET=str(tid))
-        image = DEVICE_LINK_BUILDER(env, [directory.File(node_name(Phase.DEVICELINK, OPENMP, LINK, **names))],
-                                    device_inputs, OFFLOAD_TARGET=str(tid))
-        probe_device_link(image[0], tid)
-        images.extend(image)
+    images = program_link_nodes(env, program, inputs, targets, OPENMP, _WRAP_BUILDER, probe=True)
     program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
-    wrapper_name = node_name(Phase.WRAP, OPENMP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
-    wrapper = _WRAP_BUILDER(env, [directory.File(wrapper_name)], images,
-                            _OFFLOAD_WRAP_TARGETS=tuple(str(tid) for tid in targets))
-    program.attributes.offload_wrapper = wrapper[0]
-    env.Depends(program, wrapper)
     return target, source
 
 
