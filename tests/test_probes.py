@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_scons_tool import SCONSTRUCT, Project
+from test_scons_tool import PHASE_COMMANDS, SCONSTRUCT, Project
 
 pytestmark = pytest.mark.slow
 
@@ -27,23 +27,10 @@ PROCESS_LOG_HOOK = textwrap.dedent("""
 """)
 
 #: Run inside the SConstruct: print every phase command of the program as it would run, one a line.
-PRINT_COMMANDS = textwrap.dedent("""
-    from offload_builders.scons import common
-    seen, stack = set(), [File("build/prog")]
-    while stack:
-        node = stack.pop()
-        if node in seen or not node.has_builder():
-            continue
-        seen.add(node)
-        stack.extend(node.children())
-        executor = node.get_executor()
-        env_ = executor.get_build_env()
-        targets, sources = executor.get_all_targets(), executor.get_all_sources()
-        for listed in executor.get_action_list():
-            for action in getattr(listed, "list", [listed]):
-                if isinstance(action, common.PhaseCommandAction) and action.renderer(env_) is not None:
-                    argv = action.process(targets, sources, env_, executor)[0][0]
-                    print("rendered", json.dumps([str(node), [str(arg) for arg in argv]]))
+PRINT_COMMANDS = PHASE_COMMANDS + textwrap.dedent("""
+    for node, action, targets, sources, env_, executor in phase_commands():
+        argv = action.process(targets, sources, env_, executor)[0][0]
+        print("rendered", json.dumps([str(node), [str(arg) for arg in argv]]))
 """)
 
 #: The SConscript with a library node in ``$LIBS``, the README's pattern for ``OffloadStaticLibrary``.

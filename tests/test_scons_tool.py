@@ -65,34 +65,43 @@ SCONSTRUCT = textwrap.dedent("""
         exec(open(ARGUMENTS["check_render"]).read())
 """) % {"phases": PHASES}
 
+#: Run inside the SConstruct (before a check that uses it): every phase command action of the program's
+#: nodes whose variable is our renderer, with what SCons would render it for.
+PHASE_COMMANDS = textwrap.dedent("""
+    from offload_builders.scons import common
+
+    def phase_commands(top="build/prog"):
+        seen, stack = set(), [File(top)]
+        while stack:
+            node = stack.pop()
+            if node in seen or not node.has_builder():
+                continue
+            seen.add(node)
+            stack.extend(node.children())
+            executor = node.get_executor()
+            env_ = executor.get_build_env()
+            targets, sources = executor.get_all_targets(), executor.get_all_sources()
+            for listed in executor.get_action_list():
+                for action in getattr(listed, "list", [listed]):
+                    if isinstance(action, common.PhaseCommandAction) and action.renderer(env_) is not None:
+                        yield node, action, targets, sources, env_, executor
+""")
+
 #: Run inside the SConstruct: each phase command rendered without Subst must be what SCons' own
 #: substitution gives (signature, argv and its shell escaping), for every node of the program.
-CHECK_RENDER = textwrap.dedent("""
+CHECK_RENDER = PHASE_COMMANDS + textwrap.dedent("""
     import SCons.Action, SCons.Platform.posix
-    from offload_builders.scons import common
-    seen, stack, checked = set(), [File("build/prog")], 0
-    while stack:
-        node = stack.pop()
-        if node in seen or not node.has_builder():
-            continue
-        seen.add(node)
-        stack.extend(node.children())
-        executor = node.get_executor()
-        env_ = executor.get_build_env()
-        targets, sources = executor.get_all_targets(), executor.get_all_sources()
-        for listed in executor.get_action_list():
-            for action in getattr(listed, "list", [listed]):
-                if not isinstance(action, common.PhaseCommandAction) or action.renderer(env_) is None:
-                    continue
-                fast = action.get_presig(targets, sources, env_, executor)
-                slow = SCons.Action.LazyAction.get_presig(action, targets, sources, env_, executor)
-                assert fast == slow, (str(node), fast, slow)
-                fast_argv = action.process(targets, sources, env_, executor)[0][0]
-                slow_argv = SCons.Action.CommandAction.process(
-                    action, targets, [SCons.Action.rfile(s) for s in sources], env_, executor)[0][0]
-                escape = SCons.Platform.posix.escape
-                assert [a.escape(escape) for a in fast_argv] == [a.escape(escape) for a in slow_argv], str(node)
-                checked += 1
+    checked = 0
+    for node, action, targets, sources, env_, executor in phase_commands():
+        fast = action.get_presig(targets, sources, env_, executor)
+        slow = SCons.Action.LazyAction.get_presig(action, targets, sources, env_, executor)
+        assert fast == slow, (str(node), fast, slow)
+        fast_argv = action.process(targets, sources, env_, executor)[0][0]
+        slow_argv = SCons.Action.CommandAction.process(
+            action, targets, [SCons.Action.rfile(s) for s in sources], env_, executor)[0][0]
+        escape = SCons.Platform.posix.escape
+        assert [a.escape(escape) for a in fast_argv] == [a.escape(escape) for a in slow_argv], str(node)
+        checked += 1
     print("render-check", checked)
 """)
 
