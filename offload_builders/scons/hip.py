@@ -32,8 +32,8 @@ The default is :func:`default_cuid` of the source's path, so it is deterministic
 
 Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK`` (an object's,
 or an RDC program's per target), ``BUNDLE`` (default: :func:`offload_bundle`, a Python action),
-``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT`` (default :func:`offload_hip_extract`),
-``WRAP`` (default :func:`offload_hip_wrap`) and ``LINK``.
+``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT``, ``WRAP`` and ``LINK``
+(the program's nodes, shared with OpenMP: :mod:`offload_builders.scons.program`).
 
 Headers, device libraries and runtime are found as the driver finds them
 (:func:`offload_builders.hip_phases.default_flags`), per compile: with ROCm (Debian's ``libamdhip64-dev``

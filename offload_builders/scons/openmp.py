@@ -3,9 +3,9 @@
 ``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
 device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), a package
 (``<stem>.offload.pkg``), and makes the object itself the embed step; the renderers ask
-:class:`offload_builders.phases.PhaseModel` for the driver's own jobs. ``OffloadProgram`` links without
-``clang-linker-wrapper``: per target ID an extract and a device-link node, one wrap node (registration
-code, :mod:`offload_builders.registration`) and the host link (see :mod:`offload_builders.scons.common`).
+:class:`offload_builders.phases.PhaseModel` for the driver's own jobs. Its link-side pieces (the device
+runtime, the host runtime, the link tools' checks) serve ``OffloadProgram``, which every model shares
+(:mod:`offload_builders.scons.program`).
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ Builders:
   makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
   and target on its own.
 * ``OffloadStaticLibrary``: fat objects (or sources) -> static library.
-* ``OffloadProgram``: fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
+* ``OffloadProgram`` (:mod:`offload_builders.scons.program`, one for every model and any mix of OpenMP,
+  HIP and host objects): fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
   per target ID an extract node (the device files the link needs, Clang 19's rules, see
   :mod:`offload_builders.linking`) and a device-link node; one wrap node (registration code made by
   :mod:`offload_builders.registration`); the program itself is the host link. Adding a target links
