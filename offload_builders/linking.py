@@ -555,15 +555,57 @@ def load_wrapper_compiler() -> None:
     registration.load_llvm_in_background()
 
 
+#: The section every plain (non-RDC) HIP object registers its own fat binary from (``__hip_module_ctor``).
+HIP_FATBIN_SEGMENT = b".hipFatBinSegment"
+
+
+def offload_kinds(paths: Iterable[str], llvm_version: int) -> frozenset[str]:
+    """The offload kinds the host link inputs ``paths`` (objects, archives) carry code of: the kinds of their
+    offload binaries (``openmp``, ``hip``: what ``clang-linker-wrapper`` registers), plus ``hip`` for a plain
+    HIP object, which has no offload binary but a fat binary registering itself (found by its section's
+    name, as :func:`_may_hold_offload_code` finds ``.llvm.offloading``; thin archives' members are not read)."""
+    kinds: set[str] = set()
+    existing = [path for path in paths if os.path.isfile(path)]
+    scanned = scan_link_inputs(existing)
+    for found in scanned.regular + scanned.archive_members:
+        if found.binary.offload_kind != 0:
+            kinds.add(found.binary.offload_kind_name(llvm_version))
+    for path in existing:
+        if "hip" in kinds:
+            break
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                continue
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                if data.find(HIP_FATBIN_SEGMENT) >= 0:
+                    kinds.add("hip")
+    return frozenset(kinds)
+
+
+def device_input_kinds(path: str | os.PathLike[str], llvm_version: int) -> frozenset[str]:
+    """The offload kinds of one target's device input file (an extract node's output): the kinds whose
+    registration code gets that target's image, as ``clang-linker-wrapper`` 19's ``ActiveOffloadKinds``."""
+    return frozenset(binary.offload_kind_name(llvm_version) for binary in read_device_inputs(path)
+                     if binary.offload_kind != 0)
+
+
 def wrap_openmp_images(images: Iterable[tuple[GroupKey, str]], llvm_version: int) -> bytes:
     """The registration object for linked device images, each wrapped in an offload binary as
     ``clang-linker-wrapper`` does and registered in its order: triple descending, then arch."""
     from offload_builders import registration
 
-    ordered = sorted(sorted(images, key=lambda item: item[0][1]), key=lambda item: item[0][0], reverse=True)
-    binaries = [registration.openmp_image_binary(path, triple=triple, arch=arch, llvm_version=llvm_version)
-                for (triple, arch), path in ordered]
+    binaries = openmp_image_binaries(images, llvm_version)
     return registration.wrap(registration.OPENMP, binaries, llvm_version=llvm_version)
+
+
+def openmp_image_binaries(images: Iterable[tuple[GroupKey, str]], llvm_version: int) -> list[bytes]:
+    """The images OpenMP's registration holds, each in an offload binary, in ``clang-linker-wrapper``'s
+    order: triple descending, then arch."""
+    from offload_builders import registration
+
+    ordered = sorted(sorted(images, key=lambda item: item[0][1]), key=lambda item: item[0][0], reverse=True)
+    return [registration.openmp_image_binary(path, triple=triple, arch=arch, llvm_version=llvm_version)
+            for (triple, arch), path in ordered]
 
 
 def device_runtime(toolchain: Toolchain) -> Path:
@@ -583,6 +625,7 @@ __all__ = [
     "defined_symbols",
     "device_link_command",
     "device_link_opt_flag",
+    "device_input_kinds",
     "device_runtime",
     "device_symbols",
     "driver_opt_level",
@@ -591,6 +634,8 @@ __all__ = [
     "host_link_job",
     "missing_entries",
     "objects_without_code",
+    "openmp_image_binaries",
+    "offload_kinds",
     "host_runtime_arguments",
     "read_device_inputs",
     "registered_entries",

@@ -64,7 +64,8 @@ class PhaseRow:
     scope: Scope
     side: str                  # "compile" (OffloadObject) or "link" (OffloadProgram, OffloadStaticLibrary)
     default_kind: Default
-    default: str               # the command, or the action's name in the model's SCons module
+    default: str               # the command, or the action's name in the model's SCons module (link side:
+    #                            offload_builders.scons.program, which serves every model)
 
     @property
     def com(self) -> str:
@@ -101,18 +102,14 @@ PHASES: tuple[PhaseRow, ...] = (
     PhaseRow(Phase.AR, MODELS, "archive", "{program}", Scope.PROGRAM, _L, _CMD,
              "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES"),
     # The program: per target ID extract and device link, one wrap, the host link.
-    PhaseRow(Phase.EXTRACT, (OPENMP,), "extract", "{program}.{target}.devin", Scope.TARGET, _L, _ACT,
+    PhaseRow(Phase.EXTRACT, MODELS, "extract", "{program}.{target}.devin", Scope.TARGET, _L, _ACT,
              "EXTRACT_IN_PROCESS"),
-    PhaseRow(Phase.EXTRACT, (HIP,), "extract", "{program}.{target}.devin", Scope.TARGET, _L, _ACT,
-             "offload_hip_extract"),
     PhaseRow(Phase.DEVICELINK, (OPENMP,), "device link", "{program}.{target}.img", Scope.TARGET, _L, _CMD,
              "$_OFFLOAD_DEVICE_LINK_CMD"),
     PhaseRow(Phase.DEVICELINK, (HIP,), "device link", "{program}.{target}.hsaco", Scope.TARGET, _L, _CMD,
              "$_OFFLOAD_DEVICE_LINK_CMD"),
-    PhaseRow(Phase.WRAP, (OPENMP,), "wrap", "{program}.offload.wrapper{obj}", Scope.PROGRAM, _L, _ACT,
+    PhaseRow(Phase.WRAP, MODELS, "wrap", "{program}.offload.wrapper{obj}", Scope.PROGRAM, _L, _ACT,
              "WRAP_IN_PROCESS"),
-    PhaseRow(Phase.WRAP, (HIP,), "wrap", "{program}.offload.wrapper{obj}", Scope.PROGRAM, _L, _ACT,
-             "offload_hip_wrap"),
     PhaseRow(Phase.LINK, MODELS, "host link", "{program}", Scope.PROGRAM, _L, _CMD, LINK_COMMAND),
 )
 

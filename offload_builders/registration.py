@@ -67,6 +67,7 @@ __all__ = [
     "openmp_image_binary",
     "openmp_module",
     "wrap",
+    "wrap_kinds",
 ]
 
 OPENMP: Final = "openmp"
@@ -692,6 +693,13 @@ def compile_module(module: ir.Module, host_triple: str) -> bytes:
     object directly rather than through LLVM's text parser (see :func:`_detach_blobs`); ``module`` is
     left as it was (but should not be printed by another thread meanwhile).
     """
+    return compile_modules([module], host_triple)
+
+
+def compile_modules(modules: Sequence[ir.Module], host_triple: str) -> bytes:
+    """Compile wrapper modules to one relocatable object: LLVM's IR linker joins them (their
+    ``llvm.global_ctors`` in the order given), then as :func:`compile_module`. One object for the
+    registrations of several offload kinds, where ``clang-linker-wrapper`` writes one object per kind."""
     llvm = _binding()
     _check_host_triple(host_triple)
     try:
@@ -699,17 +707,28 @@ def compile_module(module: ir.Module, host_triple: str) -> bytes:
     except RuntimeError as exc:
         raise OffloadError(f"no LLVM target for host triple {host_triple!r}: {exc}") from None
     machine = target.create_target_machine(cpu="", features="", opt=2, reloc="pic", codemodel="default")
-    detached = _detach_blobs(module)
-    try:
-        text = _codegen_text(module)
-    finally:
-        for value, init in detached:
-            _set_initializer(value, init)
-    parsed = llvm.parse_assembly(text, context=llvm.create_context())
+    context = llvm.create_context()
+    parsed = None
+    blobs: list[tuple[str, bytes]] = []
+    for module in modules:
+        detached = _detach_blobs(module)
+        try:
+            text = _codegen_text(module)
+        finally:
+            for value, init in detached:
+                _set_initializer(value, init)
+        blobs.extend((value.name, bytes(init.constant)) for value, init in detached)
+        one = llvm.parse_assembly(text, context=context)
+        if parsed is None:
+            parsed = one
+        else:
+            parsed.link_in(one)
+    if parsed is None:
+        raise OffloadError("compile_modules() needs at least one module")
     parsed.triple = host_triple
     parsed.data_layout = str(machine.target_data)
     parsed.verify()
-    return _patch_blobs(machine.emit_object(parsed), [(value.name, bytes(init.constant)) for value, init in detached])
+    return _patch_blobs(machine.emit_object(parsed), blobs)
 
 
 def wrap(kind: str, payload: Sequence[bytes] | bytes, *, llvm_version: int = 19,
@@ -725,6 +744,27 @@ def wrap(kind: str, payload: Sequence[bytes] | bytes, *, llvm_version: int = 19,
     else:
         raise OffloadError(f"unknown offload kind {kind!r}: expected one of {', '.join(KINDS)}")
     return compile_module(module, host_triple)
+
+
+def wrap_kinds(payloads: Sequence[tuple[str, Sequence[bytes] | bytes]], *, llvm_version: int = 19,
+               host_triple: str = DEFAULT_HOST_TRIPLE) -> bytes:
+    """One registration object for several offload kinds, ``(kind, payload)`` as for :func:`wrap`; their
+    constructors (all priority 101) run in the order given, as the per-kind objects of
+    ``clang-linker-wrapper`` do in their link order (OpenMP before HIP)."""
+    if len(payloads) == 1:
+        return wrap(payloads[0][0], payloads[0][1], llvm_version=llvm_version, host_triple=host_triple)
+    modules = []
+    for kind, payload in payloads:
+        if kind == OPENMP:
+            modules.append(openmp_module(payload, llvm_version=llvm_version,  # type: ignore[arg-type]
+                                         host_triple=host_triple))
+        elif kind in (CUDA, HIP) and isinstance(payload, (bytes, bytearray, memoryview)):
+            build = cuda_module if kind == CUDA else hip_module
+            modules.append(build(bytes(payload), llvm_version=llvm_version, host_triple=host_triple))
+        else:
+            raise OffloadError(f"cannot wrap {kind!r} with {type(payload).__name__}: expected one of {', '.join(KINDS)}"
+                               " (OpenMP: images; CUDA, HIP: one fatbinary)")
+    return compile_modules(modules, host_triple)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_a_rocm_hip_program_builds_like_clang_and_links_the_hip_runtime(tmp_path
 def test_the_rdc_variant_links_through_our_nodes_against_the_hip_runtime(tmp_path, llvm19):
     root = _project(tmp_path / "app")
     output = _scons(root, "rdc=1")
-    assert "clang-linker-wrapper" not in output and "offload_hip_wrap" in output
+    assert "clang-linker-wrapper" not in output and "offload_wrap" in output
     obj = root / "src" / "k.o"
     reference = root / "reference.o"
     subprocess.run([str(llvm19("clang++")), "-x", "hip", "-O2", "--offload-arch=gfx90a", ROCM_LIBS, "-fgpu-rdc",

@@ -76,11 +76,13 @@ def test_every_phase_has_its_variables_and_one_row_per_model_and_side():
 
 
 def test_in_process_defaults_are_the_model_modules_actions():
-    """Each ACTION default names an object of its model's SCons module, and the tool installs it."""
-    from offload_builders.scons import hip, openmp
+    """Each ACTION default names an object of its model's SCons module (the link side's: the program
+    module every model shares), and the tool installs it."""
+    from offload_builders.scons import hip, openmp, program
 
     modules = {OPENMP: openmp, HIP: hip}
     for spec in PHASES:
         if spec.default_kind is Default.ACTION:
             for model in spec.models:
-                assert hasattr(modules[model], spec.default), (model, spec.default)
+                module = program if spec.side == LINK else modules[model]
+                assert hasattr(module, spec.default), (model, spec.default)

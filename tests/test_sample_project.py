@@ -48,6 +48,11 @@ def test_scons_builds_and_runs_the_sample(sample):
     assert "target regions ran on an offload device: yes" in output
     assert "PASSED" in output
     assert (sample / "build" / "zaxpy.run.log").read_text().endswith("PASSED\n")
+    # The heterogeneous program (sample_project/mixed): OpenMP regions ran, each HIP kernel registered and
+    # launched once (its stub runtime checks).
+    mixed = (sample / "build" / "mixed" / "mixed.run.log").read_text()
+    assert "OpenMP target regions ran on an offload device: yes" in mixed
+    assert "HIP kernels each registered once and launched once: yes" in mixed and mixed.endswith("PASSED\n")
     assert "is up to date" in _scons(sample)
 
 

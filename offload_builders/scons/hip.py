@@ -32,8 +32,8 @@ The default is :func:`default_cuid` of the source's path, so it is deterministic
 
 Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK`` (an object's,
 or an RDC program's per target), ``BUNDLE`` (default: :func:`offload_bundle`, a Python action),
-``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT`` (default :func:`offload_hip_extract`),
-``WRAP`` (default :func:`offload_hip_wrap`) and ``LINK``.
+``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT``, ``WRAP`` and ``LINK``
+(the program's nodes, shared with OpenMP: :mod:`offload_builders.scons.program`).
 
 Headers, device libraries and runtime are found as the driver finds them
 (:func:`offload_builders.hip_phases.default_flags`), per compile: with ROCm (Debian's ``libamdhip64-dev``
@@ -75,7 +75,7 @@ import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
-from offload_builders import linking, registration
+from offload_builders import registration
 from offload_builders.errors import OffloadError
 from offload_builders.formats.bundle import bundle
 from offload_builders.formats.compressed import CompressedWriter, CompressionOptions, Method
@@ -98,7 +98,6 @@ from offload_builders.scons import openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
-    FUNCTION_PHASE_VARLIST,
     REMOVE_STALE,
     OffloadLinkWarning,
     Renderer,
@@ -106,22 +105,16 @@ from offload_builders.scons.common import (
     compile_flags,
     depend_on_device_libraries,
     device_link_cmd,
-    extract_device_inputs,
-    function_phase,
-    in_process_action,
     partial_path,
     phase_action,
     probe_cache_for,
-    program_link_nodes,
     selected_targets,
     set_default,
-    static_libraries,
     target_flags,
     toolchain_exists,
     toolchain_for,
     user_error,
 )
-from offload_builders.scons.external import link_builder
 from offload_builders.targets import TargetID, parse_target_id
 
 #: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
@@ -485,34 +478,6 @@ def _object_emitter(target, source, env):
 LINK_BUNDLE_KIND = "hip"
 
 
-def offload_hip_extract(target, source, env) -> int:
-    """``$OFFLOAD_EXTRACTCOM`` of a HIP RDC link: one target's device files, as the linker wrapper picks them.
-
-    Clang 19's selection (:func:`offload_builders.linking.select_device_files`: every matching binary of
-    an object, archive members as they resolve symbols), kept to offload kind ``hip``. An object that
-    registers kernels or variables but has no code for the target is an error here; Clang links it and
-    the program fails when it launches such a kernel.
-    """
-    return extract_device_inputs(target, source, env, _hip_device_files)
-
-
-def _hip_device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
-                      key: linking.GroupKey) -> list[linking.FoundBinary]:
-    """The ``hip``-kind files of Clang 19's selection; registrations without code for ``tid`` stop the link."""
-    major = toolchain_for(env).major
-    missing = [obj.path for obj in linking.objects_without_code(scanned, key, linking.HIP_ENTRY_SECTIONS)]
-    if missing:
-        raise SCons.Errors.BuildError(
-            node=target[0], errstr=f"{', '.join(missing)}: HIP kernels or device variables but no device code for"
-            f" {tid}; compile with that target in OFFLOAD_ARCHS or drop {tid} from the link")
-    files = [found for found in linking.select_device_files(scanned, key)
-             if found.binary.offload_kind_name(major) == "hip"]
-    if not files:
-        SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP device code for {tid} in any input: the"
-                                                 f" program has no {tid} code object")
-    return files
-
-
 def _devicelink_cmd(target, source, env, for_signature):
     """``$_OFFLOAD_DEVICE_LINK_CMD``: a program's per-target link of RDC device code (the OpenMP link's
     command: ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
@@ -542,60 +507,38 @@ def _link_compression(env, target, source) -> CompressionOptions | None:
     return _compression(env, FatbinSpec("o", 4096, "host-x86_64-unknown-linux", os.devnull, compress, level))
 
 
-def _wrap_signature(target, source, env, for_signature) -> str:
-    """``$_OFFLOAD_HIP_WRAP_SIG``: what the wrap node's output depends on besides its inputs."""
+def wrap_signature(target, source, env, for_signature) -> str:
+    """``$_OFFLOAD_HIP_WRAP_SIG``: what a program's HIP fat binary depends on besides its images."""
     compression = _link_compression(env, target, source)
     packing = "none" if compression is None else (
         f"{compression.method.name}/v{compression.version}/level={compression.effective_level}")
     return f"kind={LINK_BUNDLE_KIND} llvm={toolchain_for(env).major} compress={packing}"
 
 
-def offload_hip_wrap(target, source, env) -> int:
-    """``$OFFLOAD_WRAPCOM`` of a HIP RDC link: bundle the code objects and wrap them in registration code.
-
-    The bundle is clang-linker-wrapper 19's (``clang-offload-bundler -type=o -bundle-align=4096
+def program_fatbinary(target, source, env, images: list[tuple[str, str]], output: str) -> bytes:
+    """The fat binary of a program's HIP registration, ``images`` as ``(target ID, code object)``: the one
+    ``clang-linker-wrapper`` 19 writes (``clang-offload-bundler -type=o -bundle-align=4096
     -targets=host-x86_64-unknown-linux,hip-amdgcn-amd-amdhsa--<target ID>...``, entries by target ID
-    descending; ``CCOB`` when compression is asked for), the object is ``wrapHIPBinary``'s: ``.hip_fatbin``,
-    ``.hipFatBinSegment`` and a priority-101 constructor registering the ``hip_offloading_entries``.
-    Targets without device code get no entry; with none at all the object is empty.
-    """
+    descending; ``CCOB`` when compression is asked for). ``output`` is where the compressor may write."""
     toolchain = toolchain_for(env)
-    output = partial_path(env, target[0])
+    ordered = sorted(images, key=lambda image: image[0], reverse=True)
+    fatbin = registration.hip_fatbinary(ordered, offload_kind=LINK_BUNDLE_KIND, llvm_version=toolchain.major)
+    compression = _link_compression(env, target, source)
+    if compression is None:
+        return fatbin
     plain = output + ".uncompressed"
-    images = [(tid_text, str(node)) for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"])
-              if os.path.getsize(str(node)) > 0]
     try:
-        if images:
-            fatbin = registration.hip_fatbinary(images, offload_kind=LINK_BUNDLE_KIND, llvm_version=toolchain.major)
-            compression = _link_compression(env, target, source)
-            if compression is not None:
-                with open(plain, "wb") as f:
-                    f.write(fatbin)
-                _compress_file(plain, output, compression)
-                with open(output, "rb") as f:
-                    fatbin = f.read()
-            data = registration.wrap(registration.HIP, fatbin, llvm_version=toolchain.major)
-        else:
-            triple = registration.DEFAULT_HOST_TRIPLE
-            data = registration.compile_module(registration.new_module(triple), triple)
-    except OffloadError as error:
-        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+        with open(plain, "wb") as f:
+            f.write(fatbin)
+        _compress_file(plain, output, compression)
+        with open(output, "rb") as f:
+            return f.read()
     finally:
         if os.path.exists(plain):
             os.unlink(plain)
-    with open(output, "wb") as f:
-        f.write(data)
-    return 0
 
 
-_HIP_WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
-_HIP_EXTRACT_IN_PROCESS = in_process_action(offload_hip_extract, "EXTRACT", FUNCTION_PHASE_VARLIST)
-_HIP_WRAP_IN_PROCESS = in_process_action(offload_hip_wrap, "WRAP", _HIP_WRAP_VARLIST)
-_WRAP_BUILDER = SCons.Builder.Builder(action=function_phase("WRAP", varlist=_HIP_WRAP_VARLIST),
-                                      emitter=CLEAN_LEFTOVERS)
-
-
-def _check_device_linker(env) -> None:
+def check_device_linker(env) -> None:
     try:
         toolchain_for(env).tool("ld.lld")
     except OffloadError:
@@ -603,30 +546,18 @@ def _check_device_linker(env) -> None:
                                      " apt-get install lld-19") from None
 
 
-def _program_emitter(target, source, env):
-    """Non-RDC: the objects link as they are. RDC: per target ID an extract node (``<prog>.<target>.devin``)
-    and a device link to a code object (``<prog>.<target>.hsaco``), one wrap node (bundle plus
-    registration, ``<prog>.offload.wrapper.o``), and the program itself is the host link."""
-    targets = selected_targets(env)
+def check_program_targets(targets) -> None:
+    """A HIP program's ``$OFFLOAD_ARCHS``: AMDGPU target IDs that do not conflict."""
     try:
         check_targets(targets)
     except OffloadError as error:
         raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
-    _check_runtime(env, target, source)
-    if not is_rdc(_hip_flags(env, target, source, False)):
-        return target, source
-    _check_device_linker(env)
-    inputs = list(source) + static_libraries(env)
-    # The wrapper's bundle order (target ID descending); fixed here, so the list's order changes nothing.
-    ordered = sorted(targets, key=str, reverse=True)
-    program_link_nodes(env, target[0], inputs, ordered, HIP, _WRAP_BUILDER, _OFFLOAD_HIP_PROGRAM_LINK=True)
-    return target, source
 
 
-def _wrapper_object(target, source, env, for_signature) -> list[str]:
-    """``$_OFFLOAD_WRAPPER_OBJECT``: an RDC program's registration object; nothing for non-RDC objects."""
-    wrapper = getattr(target[0].attributes, "offload_wrapper", None)
-    return [str(wrapper)] if wrapper is not None else []
+def links_device_code(env, target, source) -> bool:
+    """Whether a HIP-model program links device code (relocatable device code: ``$OFFLOAD_HIP_RDC`` or
+    ``-fgpu-rdc``); non-RDC objects register their own code and link as plain host objects."""
+    return is_rdc(_hip_flags(env, target, source, False))
 
 
 def _no_link_arguments(target, source, env, for_signature) -> list[str]:
@@ -641,7 +572,7 @@ def _link_flags(env, target, source) -> tuple[str, ...]:
                                                                source=source)[0])
 
 
-def _hip_runtime(target, source, env, for_signature) -> list[str]:
+def runtime_arguments(target, source, env, for_signature) -> list[str]:
     """``$_OFFLOAD_HOST_RUNTIME`` of a HIP program: ``$OFFLOAD_HIP_RUNTIME``'s libraries, or (None) the HIP
     installation's ``libamdhip64`` as ``clang++ --hip-link`` links it, nothing where there is none."""
     value = env.get("OFFLOAD_HIP_RUNTIME")
@@ -655,7 +586,7 @@ def _hip_runtime(target, source, env, for_signature) -> list[str]:
 _WARNED_RUNTIME: set[str] = set()
 
 
-def _check_runtime(env, target, source) -> None:
+def check_runtime(env, target, source) -> None:
     """Say once, at read time, that a program links without the HIP runtime because none was found."""
     if env.get("OFFLOAD_HIP_RUNTIME") is not None or str(target[0]) in _WARNED_RUNTIME:
         return
@@ -678,15 +609,7 @@ def generate(env) -> None:
     env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
     env["_OFFLOAD_HOST_CC1"] = _host_cc1
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
-    env["_OFFLOAD_HIP_WRAP_SIG"] = _wrap_signature
-    env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
     env["_OFFLOAD_LINK_TARGETS"] = _no_link_arguments  # the OpenMP link's targets have no HIP counterpart
-    env["_OFFLOAD_HOST_RUNTIME"] = _hip_runtime
-    # The OpenMP link's extract and wrap functions, unless the user chose others.
-    if env.get("OFFLOAD_EXTRACTCOM") is openmp.EXTRACT_IN_PROCESS:
-        env["OFFLOAD_EXTRACTCOM"] = _HIP_EXTRACT_IN_PROCESS
-    if env.get("OFFLOAD_WRAPCOM") is openmp.WRAP_IN_PROCESS:
-        env["OFFLOAD_WRAPCOM"] = _HIP_WRAP_IN_PROCESS
     if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS:
         env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"  # it reads OpenMP's variables: HIP runs the packager
 
@@ -700,16 +623,6 @@ def generate(env) -> None:
         source_scanner=SCons.Tool.SourceFileScanner,
         single_source=True,
     )
-    program = env["BUILDERS"]["OffloadProgram"]
-    env["BUILDERS"]["OffloadProgram"] = link_builder(
-        action=program.action,
-        emitter=[_program_emitter, CLEAN_LEFTOVERS],
-        prefix="$PROGPREFIX",
-        suffix="$PROGSUFFIX",
-        src_suffix="$OBJSUFFIX",
-        src_builder="OffloadObject",
-        target_scanner=program.target_scanner,
-    )
 
 
 def exists(env) -> bool:
@@ -717,4 +630,5 @@ def exists(env) -> bool:
     return toolchain_exists(env)
 
 
-__all__ = ["default_cuid", "exists", "generate", "offload_bundle", "offload_hip_extract", "offload_hip_wrap"]
+__all__ = ["check_device_linker", "check_program_targets", "check_runtime", "default_cuid", "exists", "generate",
+           "links_device_code", "offload_bundle", "program_fatbinary", "runtime_arguments", "wrap_signature"]

@@ -3,9 +3,9 @@
 ``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
 device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), a package
 (``<stem>.offload.pkg``), and makes the object itself the embed step; the renderers ask
-:class:`offload_builders.phases.PhaseModel` for the driver's own jobs. ``OffloadProgram`` links without
-``clang-linker-wrapper``: per target ID an extract and a device-link node, one wrap node (registration
-code, :mod:`offload_builders.registration`) and the host link (see :mod:`offload_builders.scons.common`).
+:class:`offload_builders.phases.PhaseModel` for the driver's own jobs. Its link-side pieces (the device
+runtime, the host runtime, the link tools' checks) serve ``OffloadProgram``, which every model shares
+(:mod:`offload_builders.scons.program`).
 """
 from __future__ import annotations
 
@@ -34,9 +34,7 @@ from offload_builders.phases import (
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
-    FUNCTION_PHASE_VARLIST,
     REMOVE_STALE,
-    OffloadLinkWarning,
     Renderer,
     check_tools_for,
     command_dependency_overrides,
@@ -44,15 +42,11 @@ from offload_builders.scons.common import (
     depend_on_device_libraries,
     depend_on_program,
     deploy_devices,
-    extract_device_inputs,
-    function_phase,
     in_process_action,
     partial_path,
     phase_action,
-    program_link_nodes,
     selected_targets,
     set_default,
-    static_libraries,
     target_flags,
     toolchain_for,
     user_error,
@@ -273,70 +267,26 @@ def _check_no_target_selection(flags: Sequence[str], where: str, targets: Sequen
             f"{','.join(str(tid) for tid in targets)}), e.g. OFFLOAD_ARCHS=['x86_64', 'sm_90']; remove the flag")
 
 
-def _device_runtime(env):
+def device_runtime(env):
+    """The OpenMP device runtime archive (``libomptarget.devicertl.a``), an input of every extract node of a
+    program that links the OpenMP runtime, as ``clang++ -fopenmp`` puts ``-lomptarget.devicertl`` on the
+    linker wrapper's line."""
     try:
         return env.File(str(linking.device_runtime(toolchain_for(env))))
     except OffloadError as error:
         raise user_error(error) from None
 
 
-def _openmp_device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
-                         key: linking.GroupKey) -> list[linking.FoundBinary]:
-    """Clang 19's selection from all link inputs; an object that registers entries without code for ``tid``
-    stops the link."""
-    problems = linking.check_entries(scanned, key, str(tid))
-    if problems:
-        raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
-    files = linking.select_device_files(scanned, key)
-    if not files:
-        SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no device code for {tid} in any input: the "
-                                                 f"program has no {tid} image")
-    return files
-
-
-def _extract_device_inputs(target, source, env) -> int:
-    """Write the target's device files (Clang 19's selection from all link inputs) to its device input file."""
-    return extract_device_inputs(target, source, env, _openmp_device_files)
-
-
-def _wrap_images(target, source, env) -> int:
-    """Generate the registration object for the linked images (no Clang process: llvmlite does it).
-    An empty image file means the target has no device code: it is not registered."""
-    images = [(linking.group_key(parse_target_id(tid_text)), str(node))
-              for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]) if os.path.getsize(str(node)) > 0]
-    try:
-        data = linking.wrap_openmp_images(images, toolchain_for(env).major)
-    except OffloadError as error:
-        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
-    with open(partial_path(env, target[0]), "wb") as f:
-        f.write(data)
-    return 0
-
-
-def _wrapper_object(target, source, env, for_signature):
-    wrapper = getattr(target[0].attributes, "offload_wrapper", None)
-    if wrapper is None:
-        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadProgram")
-    return [str(wrapper)]
-
-
-def _host_runtime(target, source, env, for_signature):
+def runtime_arguments(target, source, env, for_signature) -> list[str]:
+    """The host link's OpenMP runtime: ``-fopenmp`` (libomp) and libomptarget."""
     return linking.host_runtime_arguments(toolchain_for(env))
-
-
-EXTRACT_IN_PROCESS = in_process_action(_extract_device_inputs, "EXTRACT", FUNCTION_PHASE_VARLIST)
-
-
-WRAP_IN_PROCESS = in_process_action(_wrap_images, "WRAP", FUNCTION_PHASE_VARLIST)
 
 
 PACKAGE_IN_PROCESS = in_process_action(_package_in_process, "PACKAGE", ["_OFFLOAD_PACKAGE_TARGETS"])
 
 
-_WRAP_BUILDER = SCons.Builder.Builder(action=function_phase("WRAP"), emitter=CLEAN_LEFTOVERS)
-
-
-def _check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
+def check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
+    """The device runtime and the device linkers the targets need, at read time."""
     toolchain = toolchain_for(env)
     try:
         linking.device_runtime(toolchain)
@@ -349,12 +299,8 @@ def _check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
         raise user_error(error) from None
 
 
-def program_emitter(target, source, env):
-    """Expand the link into per-target extract and device-link nodes, one wrap node and the host link."""
-    targets = selected_targets(env)
-    check_tools_for(env, targets)
-    _check_link_tools_for(env, targets)
-    warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
+def check_deploy_devices(env) -> None:
+    """``$OFFLOAD_DEPLOY_DEVICES``, each parsed now, so a misspelt device stops the build before it starts."""
     devices = deploy_devices(env)
     if devices:
         from offload_builders.selection import parse_device
@@ -365,24 +311,15 @@ def program_emitter(target, source, env):
                 parse_device(name, capabilities)
         except OffloadError as error:
             raise SCons.Errors.UserError(f"OFFLOAD_DEPLOY_DEVICES: {error}") from None
-    program = target[0]
-    inputs = list(source) + static_libraries(env) + [_device_runtime(env)]
-    images = program_link_nodes(env, program, inputs, targets, OPENMP, _WRAP_BUILDER, probe=True)
-    program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
-    return target, source
 
 
 def generate(env) -> None:
     """Give ``env`` this model's renderers (``$_OFFLOAD_<PHASE>_CC1`` and friends) and its in-process
-    defaults of ``$OFFLOAD_PACKAGECOM``, ``$OFFLOAD_EXTRACTCOM`` and ``$OFFLOAD_WRAPCOM`` (called by the
-    tool's ``generate``; the HIP model replaces what it does differently)."""
+    default of ``$OFFLOAD_PACKAGECOM`` (called by the tool's ``generate``; the HIP model replaces what it
+    does differently)."""
     env["_OFFLOAD_HOST_CC1"] = _host_cc1
     env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
     env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
     env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
-    env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
-    env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime
     set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
-    set_default(env, "OFFLOAD_EXTRACTCOM", EXTRACT_IN_PROCESS)
-    set_default(env, "OFFLOAD_WRAPCOM", WRAP_IN_PROCESS)

@@ -7,7 +7,8 @@ Builders:
   makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
   and target on its own.
 * ``OffloadStaticLibrary``: fat objects (or sources) -> static library.
-* ``OffloadProgram``: fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
+* ``OffloadProgram`` (:mod:`offload_builders.scons.program`, one for every model and any mix of OpenMP,
+  HIP and host objects): fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
   per target ID an extract node (the device files the link needs, Clang 19's rules, see
   :mod:`offload_builders.linking`) and a device-link node; one wrap node (registration code made by
   :mod:`offload_builders.registration`); the program itself is the host link. Adding a target links
@@ -35,7 +36,7 @@ import SCons.Scanner.Prog
 import SCons.Util
 
 from offload_builders.phase_table import OPENMP, command_defaults
-from offload_builders.scons import hip, openmp
+from offload_builders.scons import hip, openmp, program
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
@@ -61,7 +62,8 @@ from offload_builders.scons.common import (
     unrecorded_outputs,
 )
 from offload_builders.scons.external import link_builder
-from offload_builders.scons.openmp import EXTRACT_IN_PROCESS, PACKAGE_IN_PROCESS, WRAP_IN_PROCESS
+from offload_builders.scons.openmp import PACKAGE_IN_PROCESS
+from offload_builders.scons.program import EXTRACT_IN_PROCESS, WRAP_IN_PROCESS
 
 #: What this module offered before the tool was split into common, model and registration modules.
 __all__ = [
@@ -106,6 +108,7 @@ def generate(env, **kwargs: Any) -> None:
     env["_OFFLOAD_TARGET_LINKFLAGS"] = target_link_flags
     env["_OFFLOAD_DEVICE_LINK_LEVEL"] = device_link_level
     openmp.generate(env)
+    program.generate(env)
     env["_OFFLOAD_RPATH"] = rpath_flags
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")
@@ -133,7 +136,7 @@ def generate(env, **kwargs: Any) -> None:
             SCons.Action.Action(check_deployable, None, varlist=["OFFLOAD_DEPLOY_DEVICES"]),
             COMMIT,
         ]),
-        emitter=[openmp.program_emitter, CLEAN_LEFTOVERS],
+        emitter=[program.program_emitter, CLEAN_LEFTOVERS],
         prefix="$PROGPREFIX",
         suffix="$PROGSUFFIX",
         src_suffix="$OBJSUFFIX",
@@ -142,7 +145,7 @@ def generate(env, **kwargs: Any) -> None:
     )
     model = env.subst("$OFFLOAD_MODEL")
     if model == "hip":
-        hip.generate(env)  # the HIP model replaces the object and program builders
+        hip.generate(env)  # the HIP model replaces the object builder; OffloadProgram serves every model
     elif model != "openmp":
         raise SCons.Errors.UserError(f"OFFLOAD_MODEL: unknown offload model {model!r}; use 'openmp' or 'hip'")
 
