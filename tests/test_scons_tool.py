@@ -81,6 +81,9 @@ CHECK_RENDER = textwrap.dedent("""
         env_ = executor.get_build_env()
         targets, sources = executor.get_all_targets(), executor.get_all_sources()
         for listed in executor.get_action_list():
+            while isinstance(listed, SCons.Action.CommandGeneratorAction):  # OffloadObject's, chosen per suffix
+                listed = SCons.Action.Action(listed.generator(target=targets, source=sources, env=env_,
+                                                              for_signature=False))
             for action in getattr(listed, "list", [listed]):
                 if not isinstance(action, common.PhaseCommandAction) or action.renderer(env_) is None:
                     continue

@@ -105,14 +105,16 @@ from offload_builders.scons.common import (
     check_tools_for,
     compile_flags,
     depend_on_device_libraries,
-    device_link_cmd,
     extract_device_inputs,
     function_phase,
     in_process_action,
+    mark_model,
+    model_targets_for,
     partial_path,
     phase_action,
     probe_cache_for,
     program_link_nodes,
+    rdc_selected,
     selected_targets,
     set_default,
     static_libraries,
@@ -130,7 +132,7 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_HIP_FLAGS": [],
     "OFFLOAD_HIP_RUNTIME": None,
     "OFFLOAD_HIP_CUID": "$_OFFLOAD_HIP_DEFAULT_CUID",
-    "OFFLOAD_HIP_RDC": False,
+    "OFFLOAD_HIP_RDC": None,  # the old name of $OFFLOAD_RDC (None: unset; see offload_builders.models.rdc_setting)
     "OFFLOAD_HIP_COMPRESS": None,
     "OFFLOAD_HIP_COMPRESSION_LEVEL": None,
     # The OpenMP link's per-target device link has the same variables; HIP only swaps the callable.
@@ -176,7 +178,7 @@ def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
     flags = compile_flags(env, target, source, for_signature, "c++")
     mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
     flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_HIP_FLAGS", mode, target=target, source=source)[0])
-    if env.get("OFFLOAD_HIP_RDC") and not is_rdc(flags):
+    if rdc_selected(env) and not is_rdc(flags):
         flags += RDC_FLAGS[:1]
     return flags
 
@@ -435,11 +437,8 @@ def _object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
                                      f" for {target[0]}")
     obj, src = target[0], source[0]
-    targets = selected_targets(env)  # the conflict rule is enforced here, before anything compiles
-    try:
-        check_targets(targets)
-    except OffloadError as error:
-        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+    # The AMDGPU targets of $OFFLOAD_ARCHS; the conflict rule is enforced here, before anything compiles.
+    targets = model_targets_for(env, src, HIP)
     check_tools_for(env, targets)
     stem = os.path.splitext(obj.name)[0]
     directory = obj.dir
@@ -456,23 +455,29 @@ def _object_emitter(target, source, env):
     for steps in plans.values():
         _check_link_tool(steps)
 
-    images = []
+    images, made = [], []
     for tid, steps in plans.items():
         compiled_name = node_name(Phase.DEVICE, HIP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
         device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src], OFFLOAD_TARGET=str(tid))
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
+        made.extend(device)
         if steps.link is not None:
             code_object = node_name(Phase.DEVICELINK, HIP, stem=stem, target=tid.file_token)
             device = _DEVICELINK_BUILDER(env, [directory.File(code_object)], device,
                                          OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+            made.extend(device)
         images.extend(device)
     order = tuple(str(tid) for tid in plans)
     if host.rdc:
+        # OpenMP's in-process package writer reads OpenMP's variables: HIP runs the packager.
+        packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}
+                    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS else {})
         device_side = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, HIP, stem=stem))], images,
-                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **packager)
     else:
         device_side = _BUNDLE_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, HIP, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+    mark_model([obj, *made, *device_side], HIP)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)
     return target, source
@@ -511,16 +516,6 @@ def _hip_device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID
         SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no HIP device code for {tid} in any input: the"
                                                  f" program has no {tid} code object")
     return files
-
-
-def _devicelink_cmd(target, source, env, for_signature):
-    """``$_OFFLOAD_DEVICE_LINK_CMD``: a program's per-target link of RDC device code (the OpenMP link's
-    command: ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
-    -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
-    ``clang`` call amount to), or one non-RDC object's device link."""
-    if env.get("_OFFLOAD_HIP_PROGRAM_LINK"):
-        return device_link_cmd(target, source, env, for_signature)
-    return _object_devicelink_cmd(target, source, env, for_signature)
 
 
 def _link_compression(env, target, source) -> CompressionOptions | None:
@@ -667,17 +662,40 @@ def _check_runtime(env, target, source) -> None:
                             " ([] for none, which also silences this)")
 
 
-def generate(env) -> None:
-    """Switch ``env``'s offload builders to the HIP model (called by the ``offload`` tool's generate)."""
+#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
+#: ModelRenderer`). A program's device link (RDC) is the shared one, ``common.device_link_cmd``: the OpenMP
+#: link's ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
+#: -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
+#: ``clang`` call amount to.
+RENDERERS: dict[str, Renderer] = {
+    "_OFFLOAD_HOST_CC1": _host_cc1,
+    "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_PACKAGE_CMD": _package_cmd,
+    "_OFFLOAD_DEVICE_LINK_CMD": _object_devicelink_cmd,
+}
+
+#: The action of an object this model makes from a source: the host compile.
+OBJECT_ACTION = phase_action("HOST")
+
+#: The object emitter, for the ``offload`` tool's per-suffix registration.
+object_emitter = _object_emitter
+
+
+def generate_objects(env) -> None:
+    """What every environment needs to compile HIP sources, whatever its ``$OFFLOAD_MODEL`` (called by the
+    ``offload`` tool's generate): the variables, set only where the user has not, and the bundle writer."""
     for key, value in _DEFAULTS.items():
         set_default(env, key, value)
     set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
     env["_OFFLOAD_HIP_DEFAULT_CUID"] = _default_cuid_var
-    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
-    env["_OFFLOAD_DEVICE_LINK_CMD"] = _devicelink_cmd
-    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
-    env["_OFFLOAD_HOST_CC1"] = _host_cc1
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
+    for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
+        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
+
+
+def generate(env) -> None:
+    """Switch ``env``'s program builder to the HIP model (called by the ``offload`` tool's generate when
+    ``$OFFLOAD_MODEL`` is ``'hip'`` as it loads)."""
     env["_OFFLOAD_HIP_WRAP_SIG"] = _wrap_signature
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
     env["_OFFLOAD_LINK_TARGETS"] = _no_link_arguments  # the OpenMP link's targets have no HIP counterpart
@@ -687,19 +705,6 @@ def generate(env) -> None:
         env["OFFLOAD_EXTRACTCOM"] = _HIP_EXTRACT_IN_PROCESS
     if env.get("OFFLOAD_WRAPCOM") is openmp.WRAP_IN_PROCESS:
         env["OFFLOAD_WRAPCOM"] = _HIP_WRAP_IN_PROCESS
-    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS:
-        env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"  # it reads OpenMP's variables: HIP runs the packager
-
-    for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
-        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
-    env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
-        action=phase_action("HOST"),
-        emitter=[_object_emitter, CLEAN_LEFTOVERS],
-        suffix="$OBJSUFFIX",
-        src_suffix=list(HIP_SUFFIXES),
-        source_scanner=SCons.Tool.SourceFileScanner,
-        single_source=True,
-    )
     program = env["BUILDERS"]["OffloadProgram"]
     env["BUILDERS"]["OffloadProgram"] = link_builder(
         action=program.action,

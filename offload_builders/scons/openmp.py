@@ -47,6 +47,8 @@ from offload_builders.scons.common import (
     extract_device_inputs,
     function_phase,
     in_process_action,
+    mark_model,
+    model_targets_for,
     partial_path,
     phase_action,
     program_link_nodes,
@@ -214,7 +216,7 @@ def object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
                                      f" for {target[0]}")
     obj, src = target[0], source[0]
-    targets = selected_targets(env)
+    targets = model_targets_for(env, src, OPENMP)  # all of $OFFLOAD_ARCHS: OpenMP compiles for every kind
     check_tools_for(env, targets)
     stem = os.path.splitext(obj.name)[0]
     directory = obj.dir
@@ -257,6 +259,7 @@ def object_emitter(target, source, env):
                                _OFFLOAD_ORIGINAL_SOURCE=src)
     for node in [*host_bc, *package, *compiled]:
         node.attributes.offload_object = obj
+    mark_model([obj, *host_bc, *package, *compiled], OPENMP)
     obj.attributes.offload_inputs = (host_bc[0], package[0])
     env.Depends(obj, host_bc + package)
     depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
@@ -372,14 +375,23 @@ def program_emitter(target, source, env):
     return target, source
 
 
+#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
+#: ModelRenderer`); its own ones (``$_OFFLOAD_ASSEMBLE_CMD``, ``$_OFFLOAD_EMBED_CC1``) :func:`generate` sets.
+RENDERERS: dict[str, Renderer] = {
+    "_OFFLOAD_HOST_CC1": _host_cc1,
+    "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_PACKAGE_CMD": _package_cmd,
+}
+
+#: The action of an object this model makes from a source: the embed step.
+OBJECT_ACTION = phase_action("EMBED")
+
+
 def generate(env) -> None:
-    """Give ``env`` this model's renderers (``$_OFFLOAD_<PHASE>_CC1`` and friends) and its in-process
+    """Give ``env`` this model's own renderers (``$_OFFLOAD_EMBED_CC1`` and friends) and its in-process
     defaults of ``$OFFLOAD_PACKAGECOM``, ``$OFFLOAD_EXTRACTCOM`` and ``$OFFLOAD_WRAPCOM`` (called by the
     tool's ``generate``; the HIP model replaces what it does differently)."""
-    env["_OFFLOAD_HOST_CC1"] = _host_cc1
-    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
     env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
-    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object
     env["_OFFLOAD_HOST_RUNTIME"] = _host_runtime

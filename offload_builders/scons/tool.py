@@ -35,7 +35,7 @@ import SCons.Scanner.Prog
 import SCons.Util
 
 from offload_builders.phase_table import OPENMP, command_defaults
-from offload_builders.scons import hip, openmp
+from offload_builders.scons import hip, objects, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
@@ -47,7 +47,6 @@ from offload_builders.scons.common import (
     check_registered_entries,
     clean_leftovers,
     depend_on_device_libraries,
-    device_link_cmd,
     device_link_level,
     in_process_action,
     phase_action,
@@ -71,7 +70,8 @@ __all__ = [
 ]
 #: Construction variables this tool reads, with their defaults (set only where the user has not).
 _DEFAULTS: dict[str, Any] = {
-    "OFFLOAD_MODEL": "openmp",  # or "hip"; read when the tool is loaded
+    "OFFLOAD_MODEL": "openmp",  # or "hip": the model of C and C++ sources, read per source (.hip: always HIP)
+    "OFFLOAD_RDC": None,  # relocatable device code (HIP); $OFFLOAD_HIP_RDC is its old name
     "OFFLOAD_ARCHS": ["x86_64"],
     "OFFLOAD_FLAGS": [],
     "OFFLOAD_TARGET_FLAGS": {},
@@ -102,20 +102,13 @@ def generate(env, **kwargs: Any) -> None:
         linker_chosen = any(str(flag).startswith("-fuse-ld") for flag in SCons.Util.flatten(env.get("LINKFLAGS", [])))
         if not linker_chosen:
             env["OFFLOAD_LINKFLAGS"] = SCons.Util.CLVar(["-fuse-ld=lld"])
-    env["_OFFLOAD_DEVICE_LINK_CMD"] = device_link_cmd
     env["_OFFLOAD_TARGET_LINKFLAGS"] = target_link_flags
     env["_OFFLOAD_DEVICE_LINK_LEVEL"] = device_link_level
     openmp.generate(env)
+    objects.generate(env)  # OffloadObject, per suffix: .hip is HIP, C and C++ take $OFFLOAD_MODEL
     env["_OFFLOAD_RPATH"] = rpath_flags
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")
-    env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
-        action=phase_action("EMBED"),
-        emitter=[openmp.object_emitter, CLEAN_LEFTOVERS],
-        suffix="$OBJSUFFIX",
-        src_suffix=list(openmp.SOURCE_SUFFIXES),
-        single_source=True,
-    )
     env["BUILDERS"]["OffloadStaticLibrary"] = link_builder(
         action=phase_action("AR") + SCons.Action.Action("$RANLIBCOM", "$RANLIBCOMSTR") if env.get("RANLIB")
         else phase_action("AR"),
@@ -140,11 +133,9 @@ def generate(env, **kwargs: Any) -> None:
         src_builder="OffloadObject",
         target_scanner=SCons.Scanner.Prog.ProgramScanner(),
     )
-    model = env.subst("$OFFLOAD_MODEL")
-    if model == "hip":
-        hip.generate(env)  # the HIP model replaces the object and program builders
-    elif model != "openmp":
-        raise SCons.Errors.UserError(f"OFFLOAD_MODEL: unknown offload model {model!r}; use 'openmp' or 'hip'")
+    objects.check_model(env)
+    if env.subst("$OFFLOAD_MODEL") == "hip":
+        hip.generate(env)  # the HIP model's program builder
 
 
 def exists(env) -> bool:
