@@ -1,4 +1,4 @@
-"""The HIP model of the ``offload`` SCons tool (``$OFFLOAD_MODEL = 'hip'``, sources ``.hip``).
+"""The HIP model of the ``offload`` SCons tool: ``.hip`` sources, and C/C++ ones where ``$OFFLOAD_MODEL`` is ``'hip'``.
 
 ``OffloadObject`` expands one ``.hip`` source into build nodes that mirror what
 ``clang++ -x hip --offload-arch=... -c`` does in one process (see :mod:`offload_builders.hip_phases`):
@@ -7,7 +7,7 @@
   a device link to a code object (``<stem>.<target>.hsaco``); then the fat binary (``<stem>.hipfb``),
   written in-process by our bundle writer; then the host compile, which is the object itself and
   embeds the fat binary through ``-fcuda-include-gpubinary``;
-* relocatable-device-code mode (``$OFFLOAD_HIP_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
+* relocatable-device-code mode (``$OFFLOAD_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
   offload driver): per target a device compile to bitcode (``<stem>.<target>.dev.bc``), one offload
   binary of kind ``hip`` (``<stem>.offload.pkg``), and the host compile embedding it as
   ``.llvm.offloading``.
@@ -51,7 +51,8 @@ device libraries for a target are missing, and neither where the user's flags ch
   -lamdhip64``), or nothing, with a warning, where there is none; a list links ``-l`` each (their
   directories from ``$LIBPATH``), ``[]`` none.
 * ``$OFFLOAD_HIP_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_HIP_DEFAULT_CUID``).
-* ``$OFFLOAD_HIP_RDC`` (False): relocatable device code.
+* ``$OFFLOAD_RDC`` (None: off): relocatable device code; ``$OFFLOAD_HIP_RDC`` is its old name, and the two set
+  and disagreeing is an error (:func:`offload_builders.models.rdc_setting`).
 * ``$OFFLOAD_HIP_COMPRESS`` (None, 2 or 3): write the fat binary compressed in that ``CCOB`` format
   version; None keeps what the flags say (``--offload-compress`` gives version 2, as Clang 19 does). For
   an RDC program's fat binary the flags are the compile flags plus ``$OFFLOAD_LINKFLAGS $LINKFLAGS``.
@@ -451,7 +452,7 @@ def _object_emitter(target, source, env):
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
     if any((steps.link is None) != host.rdc for steps in plans.values()):
-        raise SCons.Errors.UserError(f"{src}: -fgpu-rdc must hold for every target ($OFFLOAD_HIP_RDC), not per target")
+        raise SCons.Errors.UserError(f"{src}: -fgpu-rdc must hold for every target ($OFFLOAD_RDC), not per target")
     for steps in plans.values():
         _check_link_tool(steps)
 

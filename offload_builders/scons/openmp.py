@@ -1,4 +1,5 @@
-"""The OpenMP model of the ``offload`` SCons tool (``$OFFLOAD_MODEL = 'openmp'``, the default).
+"""The OpenMP model of the ``offload`` SCons tool: C and C++ sources where ``$OFFLOAD_MODEL`` is ``'openmp'``
+(the default).
 
 ``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
 device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), a package
@@ -390,7 +391,7 @@ OBJECT_ACTION = phase_action("EMBED")
 def generate(env) -> None:
     """Give ``env`` this model's own renderers (``$_OFFLOAD_EMBED_CC1`` and friends) and its in-process
     defaults of ``$OFFLOAD_PACKAGECOM``, ``$OFFLOAD_EXTRACTCOM`` and ``$OFFLOAD_WRAPCOM`` (called by the
-    tool's ``generate``; the HIP model replaces what it does differently)."""
+    tool's ``generate``; the HIP model's program builder replaces the link side's where the tool loads as HIP)."""
     env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
     env["_OFFLOAD_WRAPPER_OBJECT"] = _wrapper_object

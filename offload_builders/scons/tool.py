@@ -1,10 +1,12 @@
-"""SCons tool ``offload``: Clang OpenMP offload compilation as one build node per phase and target.
+"""SCons tool ``offload``: Clang OpenMP and HIP offload compilation as one build node per phase and target.
 
 Builders:
 
-* ``OffloadObject``: source -> fat object. Its emitter expands ``$OFFLOAD_ARCHS`` into a host front-end
-  node, one device-compile node per target ID (plus a ``ptxas`` node for NVPTX), a package node, and
-  makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
+* ``OffloadObject``: source -> fat object, in the model of the source (:mod:`offload_builders.scons.objects`):
+  ``.hip`` sources HIP, C and C++ sources ``$OFFLOAD_MODEL``'s (default OpenMP), read per source; each model
+  takes the targets of ``$OFFLOAD_ARCHS`` it compiles for. For OpenMP, the emitter expands them into a host
+  front-end node, one device-compile node per target ID (plus a ``ptxas`` node for NVPTX), a package node,
+  and makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
   and target on its own.
 * ``OffloadStaticLibrary``: fat objects (or sources) -> static library.
 * ``OffloadProgram``: fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
