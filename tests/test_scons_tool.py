@@ -68,6 +68,7 @@ SCONSTRUCT = textwrap.dedent("""
 #: Run inside the SConstruct (before a check that uses it): every phase command action of the program's
 #: nodes whose variable is our renderer, with what SCons would render it for.
 PHASE_COMMANDS = textwrap.dedent("""
+    import SCons.Action
     from offload_builders.scons import common
 
     def phase_commands(top="build/prog"):
@@ -82,6 +83,9 @@ PHASE_COMMANDS = textwrap.dedent("""
             env_ = executor.get_build_env()
             targets, sources = executor.get_all_targets(), executor.get_all_sources()
             for listed in executor.get_action_list():
+                while isinstance(listed, SCons.Action.CommandGeneratorAction):  # OffloadObject's, per suffix
+                    listed = SCons.Action.Action(listed.generator(target=targets, source=sources, env=env_,
+                                                                  for_signature=False))
                 for action in getattr(listed, "list", [listed]):
                     if isinstance(action, common.PhaseCommandAction) and action.renderer(env_) is not None:
                         yield node, action, targets, sources, env_, executor

@@ -31,7 +31,7 @@ import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
-from offload_builders import device_libraries, leftovers, linking
+from offload_builders import device_libraries, leftovers, linking, models
 from offload_builders.driver import portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
@@ -177,6 +177,54 @@ class Renderer:
                 memo = target[0].attributes._offload_commands = {}
             memo[key] = rendered
         return rendered
+
+
+def mark_model(nodes, model: str) -> None:
+    """Record on the nodes a model's emitter made which model made them (see :class:`ModelRenderer`)."""
+    for node in nodes:
+        node.attributes.offload_model = model
+
+
+def node_model(target) -> str | None:
+    """The model that made ``target[0]`` (:func:`mark_model`), None for a node no model's emitter made."""
+    return getattr(target[0].attributes, "offload_model", None) if target else None
+
+
+class ModelRenderer(Renderer):
+    """One ``$_OFFLOAD_*`` command variable that every model shares (``$_OFFLOAD_HOST_CC1``: OpenMP's host
+    front end, HIP's host compile): it renders with the renderer of the model that made the node, so the
+    sources of one environment can be of different models. ``default`` renders nodes no model made (a
+    program's device links); without one, such a node is an error."""
+
+    def __init__(self, name: str, by_model: Mapping[str, Renderer], default: Renderer | None = None) -> None:
+        self.by_model = dict(by_model)
+        self.default = default
+        self.__name__ = name
+
+    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
+        model = node_model(target)
+        renderer = self.by_model.get(model) if model is not None else self.default
+        if renderer is None:
+            made = f"made by the {model} model" if model is not None else "not made by OffloadObject"
+            raise SCons.Errors.UserError(f"{target[0] if target else '?'}: {made}, which has no ${self.__name__}")
+        return renderer(target, source, env, for_signature)
+
+
+def model_targets_for(env, source, model: str) -> tuple[TargetID, ...]:
+    """The targets of ``$OFFLOAD_ARCHS`` (checked by :func:`selected_targets`) that ``model`` compiles
+    ``source`` for; none is one ``UserError`` naming the source, its model and the list."""
+    try:
+        return models.source_targets(str(source), model, selected_targets(env))
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def rdc_selected(env) -> bool:
+    """``$OFFLOAD_RDC`` or its alias ``$OFFLOAD_HIP_RDC`` (both set and disagreeing: a ``UserError``)."""
+    try:
+        return models.rdc_setting(env.get("OFFLOAD_RDC"), env.get("OFFLOAD_HIP_RDC"))
+    except OffloadError as error:
+        raise user_error(error) from None
 
 
 def rpath_flags(target, source, env, for_signature):

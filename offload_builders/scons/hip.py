@@ -1,4 +1,4 @@
-"""The HIP model of the ``offload`` SCons tool (``$OFFLOAD_MODEL = 'hip'``, sources ``.hip``).
+"""The HIP model of the ``offload`` SCons tool: ``.hip`` sources, and C/C++ ones where ``$OFFLOAD_MODEL`` is ``'hip'``.
 
 ``OffloadObject`` expands one ``.hip`` source into build nodes that mirror what
 ``clang++ -x hip --offload-arch=... -c`` does in one process (see :mod:`offload_builders.hip_phases`):
@@ -7,7 +7,7 @@
   a device link to a code object (``<stem>.<target>.hsaco``); then the fat binary (``<stem>.hipfb``),
   written in-process by our bundle writer; then the host compile, which is the object itself and
   embeds the fat binary through ``-fcuda-include-gpubinary``;
-* relocatable-device-code mode (``$OFFLOAD_HIP_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
+* relocatable-device-code mode (``$OFFLOAD_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
   offload driver): per target a device compile to bitcode (``<stem>.<target>.dev.bc``), one offload
   binary of kind ``hip`` (``<stem>.offload.pkg``), and the host compile embedding it as
   ``.llvm.offloading``.
@@ -51,7 +51,8 @@ device libraries for a target are missing, and neither where the user's flags ch
   -lamdhip64``), or nothing, with a warning, where there is none; a list links ``-l`` each (their
   directories from ``$LIBPATH``), ``[]`` none.
 * ``$OFFLOAD_HIP_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_HIP_DEFAULT_CUID``).
-* ``$OFFLOAD_HIP_RDC`` (False): relocatable device code.
+* ``$OFFLOAD_RDC`` (None: off): relocatable device code; ``$OFFLOAD_HIP_RDC`` is its old name, and the two set
+  and disagreeing is an error (:func:`offload_builders.models.rdc_setting`).
 * ``$OFFLOAD_HIP_COMPRESS`` (None, 2 or 3): write the fat binary compressed in that ``CCOB`` format
   version; None keeps what the flags say (``--offload-compress`` gives version 2, as Clang 19 does). For
   an RDC program's fat binary the flags are the compile flags plus ``$OFFLOAD_LINKFLAGS $LINKFLAGS``.
@@ -104,11 +105,12 @@ from offload_builders.scons.common import (
     check_tools_for,
     compile_flags,
     depend_on_device_libraries,
-    device_link_cmd,
+    mark_model,
+    model_targets_for,
     partial_path,
     phase_action,
     probe_cache_for,
-    selected_targets,
+    rdc_selected,
     set_default,
     target_flags,
     toolchain_exists,
@@ -123,7 +125,7 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_HIP_FLAGS": [],
     "OFFLOAD_HIP_RUNTIME": None,
     "OFFLOAD_HIP_CUID": "$_OFFLOAD_HIP_DEFAULT_CUID",
-    "OFFLOAD_HIP_RDC": False,
+    "OFFLOAD_HIP_RDC": None,  # the old name of $OFFLOAD_RDC (None: unset; see offload_builders.models.rdc_setting)
     "OFFLOAD_HIP_COMPRESS": None,
     "OFFLOAD_HIP_COMPRESSION_LEVEL": None,
     # The OpenMP link's per-target device link has the same variables; HIP only swaps the callable.
@@ -169,7 +171,7 @@ def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
     flags = compile_flags(env, target, source, for_signature, "c++")
     mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
     flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_HIP_FLAGS", mode, target=target, source=source)[0])
-    if env.get("OFFLOAD_HIP_RDC") and not is_rdc(flags):
+    if rdc_selected(env) and not is_rdc(flags):
         flags += RDC_FLAGS[:1]
     return flags
 
@@ -428,11 +430,8 @@ def _object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
                                      f" for {target[0]}")
     obj, src = target[0], source[0]
-    targets = selected_targets(env)  # the conflict rule is enforced here, before anything compiles
-    try:
-        check_targets(targets)
-    except OffloadError as error:
-        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+    # The AMDGPU targets of $OFFLOAD_ARCHS; the conflict rule is enforced here, before anything compiles.
+    targets = model_targets_for(env, src, HIP)
     check_tools_for(env, targets)
     stem = os.path.splitext(obj.name)[0]
     directory = obj.dir
@@ -445,27 +444,33 @@ def _object_emitter(target, source, env):
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
     if any((steps.link is None) != host.rdc for steps in plans.values()):
-        raise SCons.Errors.UserError(f"{src}: -fgpu-rdc must hold for every target ($OFFLOAD_HIP_RDC), not per target")
+        raise SCons.Errors.UserError(f"{src}: -fgpu-rdc must hold for every target ($OFFLOAD_RDC), not per target")
     for steps in plans.values():
         _check_link_tool(steps)
 
-    images = []
+    images, made = [], []
     for tid, steps in plans.items():
         compiled_name = node_name(Phase.DEVICE, HIP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
         device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src], OFFLOAD_TARGET=str(tid))
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
+        made.extend(device)
         if steps.link is not None:
             code_object = node_name(Phase.DEVICELINK, HIP, stem=stem, target=tid.file_token)
             device = _DEVICELINK_BUILDER(env, [directory.File(code_object)], device,
                                          OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+            made.extend(device)
         images.extend(device)
     order = tuple(str(tid) for tid in plans)
     if host.rdc:
+        # OpenMP's in-process package writer reads OpenMP's variables: HIP runs the packager.
+        packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}
+                    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS else {})
         device_side = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, HIP, stem=stem))], images,
-                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **packager)
     else:
         device_side = _BUNDLE_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, HIP, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+    mark_model([obj, *made, *device_side], HIP)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)
     return target, source
@@ -478,14 +483,6 @@ def _object_emitter(target, source, env):
 LINK_BUNDLE_KIND = "hip"
 
 
-def _devicelink_cmd(target, source, env, for_signature):
-    """``$_OFFLOAD_DEVICE_LINK_CMD``: a program's per-target link of RDC device code (the OpenMP link's
-    command: ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
-    -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
-    ``clang`` call amount to), or one non-RDC object's device link."""
-    if env.get("_OFFLOAD_HIP_PROGRAM_LINK"):
-        return device_link_cmd(target, source, env, for_signature)
-    return _object_devicelink_cmd(target, source, env, for_signature)
 
 
 def _link_compression(env, target, source) -> CompressionOptions | None:
@@ -598,31 +595,41 @@ def check_runtime(env, target, source) -> None:
                             " ([] for none, which also silences this)")
 
 
-def generate(env) -> None:
-    """Switch ``env``'s offload builders to the HIP model (called by the ``offload`` tool's generate)."""
+#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
+#: ModelRenderer`). A program's device link (RDC) is the shared one, ``common.device_link_cmd``: the OpenMP
+#: link's ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
+#: -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
+#: ``clang`` call amount to.
+RENDERERS: dict[str, Renderer] = {
+    "_OFFLOAD_HOST_CC1": _host_cc1,
+    "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_PACKAGE_CMD": _package_cmd,
+    "_OFFLOAD_DEVICE_LINK_CMD": _object_devicelink_cmd,
+}
+
+#: The action of an object this model makes from a source: the host compile.
+OBJECT_ACTION = phase_action("HOST")
+
+#: The object emitter, for the ``offload`` tool's per-suffix registration.
+object_emitter = _object_emitter
+
+
+def generate_objects(env) -> None:
+    """What every environment needs to compile HIP sources, whatever its ``$OFFLOAD_MODEL`` (called by the
+    ``offload`` tool's generate): the variables, set only where the user has not, and the bundle writer."""
     for key, value in _DEFAULTS.items():
         set_default(env, key, value)
     set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
     env["_OFFLOAD_HIP_DEFAULT_CUID"] = _default_cuid_var
-    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
-    env["_OFFLOAD_DEVICE_LINK_CMD"] = _devicelink_cmd
-    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
-    env["_OFFLOAD_HOST_CC1"] = _host_cc1
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
-    env["_OFFLOAD_LINK_TARGETS"] = _no_link_arguments  # the OpenMP link's targets have no HIP counterpart
-    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS:
-        env["OFFLOAD_PACKAGECOM"] = "$_OFFLOAD_PACKAGE_CMD"  # it reads OpenMP's variables: HIP runs the packager
-
     for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
         SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
-    env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
-        action=phase_action("HOST"),
-        emitter=[_object_emitter, CLEAN_LEFTOVERS],
-        suffix="$OBJSUFFIX",
-        src_suffix=list(HIP_SUFFIXES),
-        source_scanner=SCons.Tool.SourceFileScanner,
-        single_source=True,
-    )
+
+
+def generate(env) -> None:
+    """What a HIP-model environment's programs need besides the shared program builder (called by the
+    ``offload`` tool's generate when ``$OFFLOAD_MODEL`` is ``'hip'`` as it loads)."""
+    env["_OFFLOAD_LINK_TARGETS"] = _no_link_arguments  # the OpenMP link's targets have no HIP counterpart
 
 
 def exists(env) -> bool:

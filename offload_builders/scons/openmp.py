@@ -1,4 +1,5 @@
-"""The OpenMP model of the ``offload`` SCons tool (``$OFFLOAD_MODEL = 'openmp'``, the default).
+"""The OpenMP model of the ``offload`` SCons tool: C and C++ sources where ``$OFFLOAD_MODEL`` is ``'openmp'``
+(the default).
 
 ``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
 device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), a package
@@ -43,9 +44,10 @@ from offload_builders.scons.common import (
     depend_on_program,
     deploy_devices,
     in_process_action,
+    mark_model,
+    model_targets_for,
     partial_path,
     phase_action,
-    selected_targets,
     set_default,
     target_flags,
     toolchain_for,
@@ -208,7 +210,7 @@ def object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
                                      f" for {target[0]}")
     obj, src = target[0], source[0]
-    targets = selected_targets(env)
+    targets = model_targets_for(env, src, OPENMP)  # all of $OFFLOAD_ARCHS: OpenMP compiles for every kind
     check_tools_for(env, targets)
     stem = os.path.splitext(obj.name)[0]
     directory = obj.dir
@@ -251,6 +253,7 @@ def object_emitter(target, source, env):
                                _OFFLOAD_ORIGINAL_SOURCE=src)
     for node in [*host_bc, *package, *compiled]:
         node.attributes.offload_object = obj
+    mark_model([obj, *host_bc, *package, *compiled], OPENMP)
     obj.attributes.offload_inputs = (host_bc[0], package[0])
     env.Depends(obj, host_bc + package)
     depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
@@ -313,13 +316,22 @@ def check_deploy_devices(env) -> None:
             raise SCons.Errors.UserError(f"OFFLOAD_DEPLOY_DEVICES: {error}") from None
 
 
+#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
+#: ModelRenderer`); its own ones (``$_OFFLOAD_ASSEMBLE_CMD``, ``$_OFFLOAD_EMBED_CC1``) :func:`generate` sets.
+RENDERERS: dict[str, Renderer] = {
+    "_OFFLOAD_HOST_CC1": _host_cc1,
+    "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_PACKAGE_CMD": _package_cmd,
+}
+
+#: The action of an object this model makes from a source: the embed step.
+OBJECT_ACTION = phase_action("EMBED")
+
+
 def generate(env) -> None:
-    """Give ``env`` this model's renderers (``$_OFFLOAD_<PHASE>_CC1`` and friends) and its in-process
-    default of ``$OFFLOAD_PACKAGECOM`` (called by the tool's ``generate``; the HIP model replaces what it
-    does differently)."""
-    env["_OFFLOAD_HOST_CC1"] = _host_cc1
-    env["_OFFLOAD_DEVICE_CC1"] = _device_cc1
+    """Give ``env`` this model's own renderers (``$_OFFLOAD_EMBED_CC1`` and friends) and its in-process
+    default of ``$OFFLOAD_PACKAGECOM`` (called by the tool's ``generate``; the renderers both models share
+    dispatch per node, see :class:`offload_builders.scons.common.ModelRenderer`)."""
     env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
-    env["_OFFLOAD_PACKAGE_CMD"] = _package_cmd
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
     set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager

@@ -44,6 +44,7 @@ from offload_builders.scons.common import (
     extract_device_inputs,
     function_phase,
     in_process_action,
+    model_targets_for,
     partial_path,
     program_link_nodes,
     selected_targets,
@@ -143,6 +144,7 @@ def program_emitter(target, source, env):
     targets = selected_targets(env)
     program = target[0]
     if _model(env) == HIP:
+        targets = model_targets_for(env, program, HIP)  # the AMDGPU IDs of $OFFLOAD_ARCHS
         hip.check_program_targets(targets)
         hip.check_runtime(env, target, source)
         if not hip.links_device_code(env, target, source):
@@ -150,8 +152,7 @@ def program_emitter(target, source, env):
         hip.check_device_linker(env)
         # The wrapper's bundle order (target ID descending); fixed here, so the list's order changes nothing.
         ordered = sorted(targets, key=str, reverse=True)
-        program_link_nodes(env, program, list(source) + static_libraries(env), ordered, HIP, _WRAP_BUILDER,
-                           _OFFLOAD_HIP_PROGRAM_LINK=True)
+        program_link_nodes(env, program, list(source) + static_libraries(env), ordered, HIP, _WRAP_BUILDER)
         return target, source
     check_tools_for(env, targets)
     openmp.check_link_tools_for(env, targets)

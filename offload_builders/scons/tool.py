@@ -1,10 +1,12 @@
-"""SCons tool ``offload``: Clang OpenMP offload compilation as one build node per phase and target.
+"""SCons tool ``offload``: Clang OpenMP and HIP offload compilation as one build node per phase and target.
 
 Builders:
 
-* ``OffloadObject``: source -> fat object. Its emitter expands ``$OFFLOAD_ARCHS`` into a host front-end
-  node, one device-compile node per target ID (plus a ``ptxas`` node for NVPTX), a package node, and
-  makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
+* ``OffloadObject``: source -> fat object, in the model of the source (:mod:`offload_builders.scons.objects`):
+  ``.hip`` sources HIP, C and C++ sources ``$OFFLOAD_MODEL``'s (default OpenMP), read per source; each model
+  takes the targets of ``$OFFLOAD_ARCHS`` it compiles for. For OpenMP, the emitter expands them into a host
+  front-end node, one device-compile node per target ID (plus a ``ptxas`` node for NVPTX), a package node,
+  and makes the object itself the embed step. SCons therefore schedules, caches and rebuilds every phase
   and target on its own.
 * ``OffloadStaticLibrary``: fat objects (or sources) -> static library.
 * ``OffloadProgram`` (:mod:`offload_builders.scons.program`, one for every model and any mix of OpenMP,
@@ -36,7 +38,7 @@ import SCons.Scanner.Prog
 import SCons.Util
 
 from offload_builders.phase_table import OPENMP, command_defaults
-from offload_builders.scons import hip, openmp, program
+from offload_builders.scons import hip, objects, openmp, program
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     COMMIT,
@@ -48,7 +50,6 @@ from offload_builders.scons.common import (
     check_registered_entries,
     clean_leftovers,
     depend_on_device_libraries,
-    device_link_cmd,
     device_link_level,
     in_process_action,
     phase_action,
@@ -73,7 +74,8 @@ __all__ = [
 ]
 #: Construction variables this tool reads, with their defaults (set only where the user has not).
 _DEFAULTS: dict[str, Any] = {
-    "OFFLOAD_MODEL": "openmp",  # or "hip"; read when the tool is loaded
+    "OFFLOAD_MODEL": "openmp",  # or "hip": the model of C and C++ sources, read per source (.hip: always HIP)
+    "OFFLOAD_RDC": None,  # relocatable device code (HIP); $OFFLOAD_HIP_RDC is its old name
     "OFFLOAD_ARCHS": ["x86_64"],
     "OFFLOAD_FLAGS": [],
     "OFFLOAD_TARGET_FLAGS": {},
@@ -104,21 +106,14 @@ def generate(env, **kwargs: Any) -> None:
         linker_chosen = any(str(flag).startswith("-fuse-ld") for flag in SCons.Util.flatten(env.get("LINKFLAGS", [])))
         if not linker_chosen:
             env["OFFLOAD_LINKFLAGS"] = SCons.Util.CLVar(["-fuse-ld=lld"])
-    env["_OFFLOAD_DEVICE_LINK_CMD"] = device_link_cmd
     env["_OFFLOAD_TARGET_LINKFLAGS"] = target_link_flags
     env["_OFFLOAD_DEVICE_LINK_LEVEL"] = device_link_level
     openmp.generate(env)
     program.generate(env)
+    objects.generate(env)  # OffloadObject, per suffix: .hip is HIP, C and C++ take $OFFLOAD_MODEL
     env["_OFFLOAD_RPATH"] = rpath_flags
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")
-    env["BUILDERS"]["OffloadObject"] = SCons.Builder.Builder(
-        action=phase_action("EMBED"),
-        emitter=[openmp.object_emitter, CLEAN_LEFTOVERS],
-        suffix="$OBJSUFFIX",
-        src_suffix=list(openmp.SOURCE_SUFFIXES),
-        single_source=True,
-    )
     env["BUILDERS"]["OffloadStaticLibrary"] = link_builder(
         action=phase_action("AR") + SCons.Action.Action("$RANLIBCOM", "$RANLIBCOMSTR") if env.get("RANLIB")
         else phase_action("AR"),
@@ -143,11 +138,9 @@ def generate(env, **kwargs: Any) -> None:
         src_builder="OffloadObject",
         target_scanner=SCons.Scanner.Prog.ProgramScanner(),
     )
-    model = env.subst("$OFFLOAD_MODEL")
-    if model == "hip":
-        hip.generate(env)  # the HIP model replaces the object builder; OffloadProgram serves every model
-    elif model != "openmp":
-        raise SCons.Errors.UserError(f"OFFLOAD_MODEL: unknown offload model {model!r}; use 'openmp' or 'hip'")
+    objects.check_model(env)
+    if env.subst("$OFFLOAD_MODEL") == "hip":
+        hip.generate(env)  # what a HIP-model program's link needs; OffloadProgram serves every model
 
 
 def exists(env) -> bool:

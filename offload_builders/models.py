@@ -1,0 +1,96 @@
+"""The offload model of each source, the targets each model takes, and the relocatable-device-code switch.
+
+One project mixes models: ``.hip`` sources are HIP, ``.cu`` sources CUDA (not built yet), and C and C++
+sources take the model the build chooses (``$OFFLOAD_MODEL``, default OpenMP). One target list
+(``$OFFLOAD_ARCHS``) serves them all: each model compiles the targets it can (OpenMP every kind, HIP the
+AMDGPU ones, CUDA the NVPTX ones), and a source whose model gets none is an error naming it.
+
+This module has no SCons imports.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from offload_builders.errors import OffloadError
+from offload_builders.phase_table import HIP, OPENMP
+from offload_builders.phases import LANGUAGE_BY_SUFFIX
+from offload_builders.targets import TargetID
+
+CUDA = "cuda"
+
+#: Suffixes whose model the suffix decides, whatever ``$OFFLOAD_MODEL`` says.
+SUFFIX_MODELS: Mapping[str, str] = {".hip": HIP, ".cu": CUDA}
+
+#: The C and C++ suffixes: their model is ``$OFFLOAD_MODEL``'s.
+CHOSEN_MODEL_SUFFIXES: tuple[str, ...] = tuple(LANGUAGE_BY_SUFFIX)
+
+#: What ``$OFFLOAD_MODEL`` may name, and of those what builds today.
+CHOOSABLE_MODELS: tuple[str, ...] = (OPENMP, HIP, CUDA)
+BUILT_MODELS: tuple[str, ...] = (OPENMP, HIP)
+
+#: The target kinds (:attr:`TargetID.kind`) each model compiles for.
+TARGET_KINDS: Mapping[str, tuple[str, ...]] = {
+    OPENMP: ("host-cpu", "amdgpu", "nvptx"),
+    HIP: ("amdgpu",),
+    CUDA: ("nvptx",),
+}
+
+#: How a model's targets are described in an error.
+_KIND_WORDS = {OPENMP: "any", HIP: "AMDGPU (e.g. gfx90a)", CUDA: "NVPTX (e.g. sm_90)"}
+
+
+class ModelError(OffloadError, ValueError):
+    """A source's model cannot build it: unknown or unsupported model, or no target for it."""
+
+
+def check_chosen_model(chosen: str) -> str:
+    """``$OFFLOAD_MODEL``'s value, checked."""
+    if chosen not in CHOOSABLE_MODELS:
+        raise ModelError(f"OFFLOAD_MODEL: unknown offload model {chosen!r}; use 'openmp' or 'hip'")
+    return chosen
+
+
+def source_model(source: str, chosen: str) -> str:
+    """The model that compiles ``source``: its suffix's (``.hip``, ``.cu``), else ``chosen``
+    (``$OFFLOAD_MODEL``). CUDA is not built yet: one error naming the source."""
+    model = SUFFIX_MODELS.get(os.path.splitext(source)[1]) or check_chosen_model(chosen)
+    if model not in BUILT_MODELS:
+        how = "its suffix .cu" if source.endswith(".cu") else f"OFFLOAD_MODEL={chosen!r}"
+        raise ModelError(f"{source}: CUDA sources are not supported yet ({how} selects the CUDA model); build it"
+                         " with nvcc or as HIP (a .hip source, or OFFLOAD_MODEL='hip')")
+    return model
+
+
+def model_targets(model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
+    """The targets of ``targets`` (``$OFFLOAD_ARCHS``, in its order) that ``model`` compiles for."""
+    kinds = TARGET_KINDS[model]
+    return tuple(tid for tid in targets if tid.kind in kinds)
+
+
+def source_targets(source: str, model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
+    """:func:`model_targets` for one source; none is an error naming the source, its model and the list."""
+    targets = tuple(targets)
+    chosen = model_targets(model, targets)
+    if not chosen:
+        listed = ",".join(str(tid) for tid in targets) or "empty"
+        raise ModelError(f"{source}: the {model} model compiles for {_KIND_WORDS[model]} targets, and OFFLOAD_ARCHS"
+                         f" ({listed}) has none; add one to OFFLOAD_ARCHS")
+    return chosen
+
+
+def rdc_setting(rdc: object, hip_rdc: object) -> bool:
+    """Relocatable device code from ``$OFFLOAD_RDC`` and its older HIP name ``$OFFLOAD_HIP_RDC``: None (or
+    unset) says nothing, any other value is true or false; either one true selects RDC. Both set and
+    disagreeing is an error, so no setting is silently ignored."""
+    said = [bool(value) for value in (rdc, hip_rdc) if value is not None]
+    if len(said) == 2 and said[0] != said[1]:
+        raise ModelError(f"OFFLOAD_RDC={rdc!r} and OFFLOAD_HIP_RDC={hip_rdc!r} disagree; OFFLOAD_HIP_RDC is the old"
+                         " name of OFFLOAD_RDC: set only OFFLOAD_RDC")
+    return any(said)
+
+
+__all__ = [
+    "BUILT_MODELS", "CHOOSABLE_MODELS", "CHOSEN_MODEL_SUFFIXES", "CUDA", "SUFFIX_MODELS", "TARGET_KINDS",
+    "ModelError", "check_chosen_model", "model_targets", "rdc_setting", "source_model", "source_targets",
+]

@@ -1,0 +1,244 @@
+"""Offload models chosen per source, in one environment, with the real toolchain.
+
+* ``.hip`` sources are HIP and C++ sources OpenMP (``$OFFLOAD_MODEL``'s default), side by side in one
+  ``Environment``: the HIP object carries a ``.hip_fatbin`` section, the OpenMP object an
+  ``.llvm.offloading`` section of OpenMP images; ``.cu`` sources are one clear error (CUDA comes later).
+* ``$OFFLOAD_MODEL`` is read per source: set after the tool loads, or per builder call, a ``.cpp`` source
+  compiles as HIP (``-x hip``).
+* One target list: each model takes the targets of ``$OFFLOAD_ARCHS`` it can compile (OpenMP all, HIP
+  the AMDGPU ones), counted in DEVICE commands per source; a source whose model gets none is one error.
+* ``$OFFLOAD_RDC`` selects relocatable device code, ``$OFFLOAD_HIP_RDC`` is its alias, and the two
+  disagreeing is an error.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from offload_builders.formats.offload_binary import read_offload_binaries
+
+pytestmark = pytest.mark.slow
+
+SCONS = str(Path(sys.executable).with_name("scons"))
+PHASES = ("HOST", "DEVICE", "ASSEMBLE", "DEVICELINK", "BUNDLE", "PACKAGE", "EMBED", "EXTRACT", "WRAP", "LINK")
+
+SCONSTRUCT = textwrap.dedent("""
+    import offload_builders.scons
+    env = Environment(
+        tools=["default", "offload"],
+        toolpath=[offload_builders.scons.toolpath()],
+        OFFLOAD_ARCHS=ARGUMENTS.get("archs", "x86_64,gfx90a"),
+        OFFLOAD_FLAGS=["-O2"],
+        # HIP without ROCm's headers and device libraries: sample_project/hip's declarations.
+        OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc", "-I%(hip_include)s"],
+        **({"OFFLOAD_MODEL": ARGUMENTS["load_model"]} if ARGUMENTS.get("load_model") else {}),
+    )
+    for key in ("OFFLOAD_RDC", "OFFLOAD_HIP_RDC"):
+        if key.lower() in ARGUMENTS:
+            env[key] = bool(int(ARGUMENTS[key.lower()]))
+    if not ARGUMENTS.get("verbose"):
+        for phase in %(phases)r:
+            env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
+    sources = ARGUMENTS.get("sources", "omp.cpp,kern.hip").split(",")
+    if ARGUMENTS.get("late"):        # the model chosen after the tool loaded, as any SCons variable
+        env["OFFLOAD_MODEL"] = ARGUMENTS["late"]
+    objects = [env.OffloadObject(source) for source in sources]
+    if ARGUMENTS.get("per_call"):    # one source's model chosen by its builder call
+        objects.append(env.OffloadObject(ARGUMENTS["per_call"], OFFLOAD_MODEL="hip"))
+    if ARGUMENTS.get("program"):     # the OpenMP objects linked alone
+        env.OffloadProgram("omp_prog", ["omp.cpp"])
+""")
+
+OMP_CPP = textwrap.dedent("""
+    #include <cstdio>
+    #include <omp.h>
+    int main() {
+      int on_device = 0;
+      #pragma omp target map(from : on_device)
+      on_device = !omp_is_initial_device();
+      std::printf("on_device=%d\\n", on_device);
+      return on_device ? 0 : 1;
+    }
+""")
+
+KERNEL = textwrap.dedent("""
+    #include "hip_min.h"
+    __global__ void twice(int n, float *x) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) x[i] *= 2.0f;
+    }
+    void launch_twice(int n, float *x) { twice<<<(n + 255) / 256, 256, 0, nullptr>>>(n, x); }
+""")
+
+
+@dataclass
+class Build:
+    returncode: int
+    output: str
+
+    @property
+    def commands(self) -> list[tuple[str, str]]:
+        found = []
+        for line in self.output.splitlines():
+            if line.startswith("@@"):
+                phase, _, target = line[2:].partition(" ")
+                found.append((phase, target))
+        return found
+
+    def count(self, phase: str, stem: str | None = None) -> int:
+        """How many ``phase`` commands ran, for the nodes of source ``stem`` (all when None)."""
+        return sum(1 for ran, target in self.commands
+                   if ran == phase and (stem is None or os.path.basename(target).startswith(stem + ".")))
+
+    @property
+    def by_phase(self) -> collections.Counter:
+        return collections.Counter(phase for phase, _ in self.commands)
+
+
+class Project:
+    def __init__(self, root: Path) -> None:
+        root.mkdir()
+        self.root = root
+        hip_include = REPO_ROOT / "sample_project" / "hip" / "include"
+        (root / "SConstruct").write_text(SCONSTRUCT % {"phases": PHASES, "hip_include": hip_include})
+        (root / "omp.cpp").write_text(OMP_CPP)
+        for name in ("kern.hip", "late.cpp", "call.cpp", "other.hip"):
+            (root / name).write_text(KERNEL)
+        (root / "nv.cu").write_text(KERNEL)
+
+    def scons(self, *args: str, check: bool = True) -> Build:
+        done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True)
+        build = Build(done.returncode, done.stdout + done.stderr)
+        if check:
+            assert done.returncode == 0, build.output
+        return build
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path / "models")
+
+
+def _section_names(llvm19, obj: Path) -> set[str]:
+    listed = subprocess.run([str(llvm19("llvm-objdump")), "-h", str(obj)], check=True, capture_output=True,
+                            text=True).stdout
+    return {line.split()[1] for line in listed.splitlines() if line.split()[:1] and line.split()[0].isdigit()}
+
+
+def _offloading_images(llvm19, obj: Path) -> list[tuple[str, str, str]]:
+    """(offload kind, triple, arch) of each image in the object's ``.llvm.offloading`` section."""
+    dumped = obj.with_name(obj.name + ".offloading.bin")
+    subprocess.run([str(llvm19("llvm-objcopy")), f"--dump-section=.llvm.offloading={dumped}", str(obj),
+                    os.devnull], check=True, capture_output=True)
+    return sorted((binary.offload_kind_name(19), binary.triple, binary.arch)
+                  for binary in read_offload_binaries(str(dumped)))
+
+
+def _bundle_ids(llvm19, fatbin: Path) -> list[str]:
+    """The device entries of a HIP fat binary, sorted."""
+    listed = subprocess.run([str(llvm19("clang-offload-bundler")), "-list", "-type=o", f"-input={fatbin}"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    return sorted(entry for entry in listed if not entry.startswith("host-"))
+
+
+def test_an_openmp_and_a_hip_source_build_in_one_environment(project, llvm19):
+    """The default model is OpenMP; the .hip source is HIP whatever $OFFLOAD_MODEL says."""
+    build = project.scons()
+    assert build.count("DEVICE", "omp") == 2 and build.count("EMBED", "omp") == 1
+    assert build.count("DEVICE", "kern") == 1 and build.count("DEVICELINK", "kern") == 1
+    assert build.count("BUNDLE", "kern") == 1 and build.count("HOST", "kern") == 1
+    assert build.count("EMBED", "kern") == 0 and build.count("PACKAGE", "kern") == 0
+
+    omp, kern = project.root / "omp.o", project.root / "kern.o"
+    assert ".llvm.offloading" in _section_names(llvm19, omp)
+    assert _offloading_images(llvm19, omp) == [("openmp", "amdgcn-amd-amdhsa", "gfx90a"),
+                                               ("openmp", "x86_64-unknown-linux-gnu", "")]
+    sections = _section_names(llvm19, kern)
+    assert ".hip_fatbin" in sections and ".llvm.offloading" not in sections
+    assert _bundle_ids(llvm19, project.root / "kern.hipfb") == ["hipv4-amdgcn-amd-amdhsa--gfx90a"]
+    assert project.scons().commands == []  # and nothing runs again
+
+
+def test_each_model_takes_its_targets_of_one_list(project, llvm19):
+    """x86_64,gfx90a,sm_80: the OpenMP source compiles for all three, the HIP source for gfx90a only;
+    adding gfx942 runs one device compile per source of each model that takes it, nothing else device-side."""
+    first = project.scons("archs=x86_64,gfx90a,sm_80")
+    assert first.count("DEVICE", "omp") == 3 and first.count("ASSEMBLE", "omp") == 1
+    assert first.count("DEVICE", "kern") == 1
+    assert [target for phase, target in first.commands if phase == "DEVICE" and "kern" in target] == [
+        "kern.gfx90a.dev.o"]
+    assert _bundle_ids(llvm19, project.root / "kern.hipfb") == ["hipv4-amdgcn-amd-amdhsa--gfx90a"]
+
+    added = project.scons("archs=x86_64,gfx90a,sm_80,gfx942")
+    assert sorted(target for phase, target in added.commands if phase == "DEVICE") == [
+        "kern.gfx942.dev.o", "omp.gfx942.dev.bc"]
+    assert added.count("DEVICELINK", "kern") == 1 and added.count("ASSEMBLE") == 0
+    assert _bundle_ids(llvm19, project.root / "kern.hipfb") == ["hipv4-amdgcn-amd-amdhsa--gfx90a",
+                                                                 "hipv4-amdgcn-amd-amdhsa--gfx942"]
+    assert ("openmp", "amdgcn-amd-amdhsa", "gfx942") in _offloading_images(llvm19, project.root / "omp.o")
+
+    # The OpenMP objects still link and run alone (the HIP object plays no part in that program).
+    project.scons("archs=x86_64,gfx90a,sm_80,gfx942", "program=1")
+    env = dict(os.environ, LD_LIBRARY_PATH="/usr/lib/llvm-19/lib", OMP_TARGET_OFFLOAD="MANDATORY")
+    ran = subprocess.run([str(project.root / "omp_prog")], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0 and "on_device=1" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_a_source_whose_model_gets_no_target_is_one_error(project):
+    build = project.scons("archs=x86_64,sm_80", check=False)
+    assert build.returncode != 0
+    assert ("kern.hip: the hip model compiles for AMDGPU (e.g. gfx90a) targets, and OFFLOAD_ARCHS"
+            " (sm_80,x86_64) has none; add one to OFFLOAD_ARCHS") in build.output, build.output
+    assert build.commands == []
+
+
+def test_a_cuda_source_is_one_clear_error(project):
+    build = project.scons("sources=omp.cpp,nv.cu", check=False)
+    assert build.returncode != 0
+    assert "nv.cu: CUDA sources are not supported yet (its suffix .cu selects the CUDA model)" in build.output
+    assert "Traceback" not in build.output and build.commands == []
+
+
+@pytest.mark.parametrize("how", ["late=hip", "per_call=late.cpp"])
+def test_offload_model_is_read_per_source(project, llvm19, how):
+    """After the tool loaded (env['OFFLOAD_MODEL'] = 'hip'), or per call: the .cpp source compiles as HIP,
+    the source the call does not name stays OpenMP."""
+    sources = "late.cpp" if how.startswith("late") else "omp.cpp"
+    listed = project.scons(f"sources={sources}", how, "verbose=1", "-n").output
+    late_lines = [line for line in listed.splitlines() if "-cc1" in line and line.rstrip().endswith("late.cpp")]
+    assert late_lines and all(" -x hip " in line for line in late_lines), listed
+    build = project.scons(f"sources={sources}", how)
+    assert build.count("BUNDLE", "late") == 1 and build.count("EMBED", "late") == 0
+    sections = _section_names(llvm19, project.root / "late.o")
+    assert ".hip_fatbin" in sections and ".llvm.offloading" not in sections
+    if sources == "omp.cpp":
+        assert build.count("EMBED", "omp") == 1
+        assert ".llvm.offloading" in _section_names(llvm19, project.root / "omp.o")
+
+
+@pytest.mark.parametrize("setting", ["offload_rdc=1", "offload_hip_rdc=1", "offload_rdc=1 offload_hip_rdc=1"])
+def test_offload_rdc_and_its_alias_select_relocatable_device_code(project, llvm19, setting):
+    build = project.scons("sources=kern.hip", "archs=gfx90a", *setting.split())
+    assert build.count("PACKAGE", "kern") == 1 and build.count("BUNDLE", "kern") == 0
+    assert [target for phase, target in build.commands if phase == "DEVICE"] == ["kern.gfx90a.dev.bc"]
+    kern = project.root / "kern.o"
+    assert ".hip_fatbin" not in _section_names(llvm19, kern)
+    assert _offloading_images(llvm19, kern) == [("hip", "amdgcn-amd-amdhsa", "gfx90a")]
+
+
+def test_offload_rdc_and_its_alias_disagreeing_is_an_error(project):
+    build = project.scons("sources=kern.hip", "archs=gfx90a", "offload_rdc=1", "offload_hip_rdc=0", check=False)
+    assert build.returncode != 0
+    assert ("OFFLOAD_RDC=True and OFFLOAD_HIP_RDC=False disagree; OFFLOAD_HIP_RDC is the old name of OFFLOAD_RDC:"
+            " set only OFFLOAD_RDC") in build.output, build.output
+    assert build.commands == []
+    plain = project.scons("sources=kern.hip", "archs=gfx90a", "offload_rdc=0")  # off, as without either
+    assert plain.count("BUNDLE", "kern") == 1 and plain.count("PACKAGE", "kern") == 0
