@@ -123,16 +123,14 @@ def test_the_same_images_per_kind_as_clang_linker_wrapper(mixed, tmp_path):
 
 PLAIN_SCONSTRUCT = textwrap.dedent("""
     import offload_builders.scons
-    omp = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
-                      OFFLOAD_ARCHS=["x86_64", "gfx90a"], OFFLOAD_FLAGS=["-O2"])
-    hip = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
-                      OFFLOAD_MODEL="hip", OFFLOAD_ARCHS=["gfx90a"], CPPPATH=["hip/include"],
-                      OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc"], OFFLOAD_HIP_RUNTIME=[])
-    host = omp.Clone(CXX=omp["OFFLOAD_CXX"])
-    objects = [omp.OffloadObject("mixed/src/omp_part.cpp"), hip.OffloadObject("mixed/src/plain.hip"),
+    env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
+                      OFFLOAD_ARCHS=["x86_64", "gfx90a"], OFFLOAD_FLAGS=["-O2"], CPPPATH=["hip/include"],
+                      OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc"])
+    host = env.Clone(CXX=env["OFFLOAD_CXX"])
+    objects = [env.OffloadObject("mixed/src/omp_part.cpp"), env.OffloadObject("mixed/src/plain.hip"),
                host.Object("main.cpp"), host.Object("mixed/src/hip_stub.cpp")]
-    omp.OffloadProgram("prog", objects, OFFLOAD_HIP_RUNTIME=[])
-    omp.OffloadProgram("prog_rt", objects)  # the HIP runtime by default: libamdhip64 of the installation
+    env.OffloadProgram("prog", objects, OFFLOAD_HIP_RUNTIME=[])
+    env.OffloadProgram("prog_rt", objects)  # the HIP runtime by default: libamdhip64 of the installation
 """)
 
 PLAIN_MAIN = textwrap.dedent("""
