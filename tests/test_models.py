@@ -12,22 +12,19 @@
 """
 from __future__ import annotations
 
-import collections
 import os
 import subprocess
-import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
 from offload_builders.formats.offload_binary import read_offload_binaries
+from test_scons_tool import SCONS, Build as LabelledBuild
 
 pytestmark = pytest.mark.slow
 
-SCONS = str(Path(sys.executable).with_name("scons"))
 PHASES = ("HOST", "DEVICE", "ASSEMBLE", "DEVICELINK", "BUNDLE", "PACKAGE", "EMBED", "EXTRACT", "WRAP", "LINK")
 
 SCONSTRUCT = textwrap.dedent("""
@@ -79,28 +76,13 @@ KERNEL = textwrap.dedent("""
 """)
 
 
-@dataclass
-class Build:
-    returncode: int
-    output: str
+class Build(LabelledBuild):
+    """What a build ran (the ``@@<PHASE> <target>`` labels of test_scons_tool's SConstruct), per source."""
 
-    @property
-    def commands(self) -> list[tuple[str, str]]:
-        found = []
-        for line in self.output.splitlines():
-            if line.startswith("@@"):
-                phase, _, target = line[2:].partition(" ")
-                found.append((phase, target))
-        return found
-
-    def count(self, phase: str, stem: str | None = None) -> int:
+    def count(self, phase: str, stem: str | None = None) -> int:  # type: ignore[override]
         """How many ``phase`` commands ran, for the nodes of source ``stem`` (all when None)."""
         return sum(1 for ran, target in self.commands
                    if ran == phase and (stem is None or os.path.basename(target).startswith(stem + ".")))
-
-    @property
-    def by_phase(self) -> collections.Counter:
-        return collections.Counter(phase for phase, _ in self.commands)
 
 
 class Project:
