@@ -1,0 +1,448 @@
+"""``offload-compile``: one OpenMP offload compile phase per command, for Meson/Ninja and other command pipelines.
+
+Each subcommand runs the installed driver's own job for one phase, rendered through the same
+:class:`~offload_builders.phases.PhaseModel` as the SCons tool (probes kept in the same per-user cache)::
+
+    offload-compile host    SRC -o X.host.bc [--depfile D] [-- FLAGS]
+    offload-compile device  SRC --host-bc X.host.bc --target T -o X.T.dev.o [--depfile D] [-- FLAGS]
+    offload-compile package SRC --targets T1,T2 -o X.pkg IMAGE1 IMAGE2 [--depfile D] [-- FLAGS]
+    offload-compile embed   SRC --host-bc X.host.bc --package X.pkg -o X.o [--depfile D] [-- FLAGS]
+    offload-compile check   T1,T2 ...        (prints the canonical target-ID list, or fails)
+
+Why a command per phase: a build system that runs commands (Ninja) then schedules, skips and rebuilds each
+phase and target on its own. Three things make that correct and incremental:
+
+* It owns the dependency files: ``-MD``/``-MF`` in FLAGS are refused (the driver would give every phase of a
+  source one file), and ``--depfile`` writes one gcc-style file per node naming its output, the source, the
+  headers it read and the compiler binaries (a compiler update rebuilds; Ninja's command hash never sees
+  the ``-cc1`` line).
+* Outputs are written atomically (``<output>.partial``, renamed), and an output whose bytes did not change
+  is left untouched, mtime included, so Ninja's ``restat`` stops the work downstream.
+* Source identity: OpenMP target regions are named after the source's (and headers') device and inode
+  numbers (:mod:`offload_builders.source_identity`). ``host`` also writes ``<output>.identity`` with the
+  identity of every file it read; ``device`` compares it with the files it reads, and where one was
+  re-created (same bytes, new inode: a branch switch, an editor's safe-save, rsync) it removes that file
+  and fails with one line. Declared as a second output of the host node, its removal makes the next build
+  run the host front end again, then every device compile of that source.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from offload_builders import __version__
+from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+from offload_builders.driver import target_selection_flags
+from offload_builders.errors import OffloadError
+from offload_builders.phases import DeviceSteps, PhaseModel, language_of
+from offload_builders.source_identity import file_identity
+from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
+from offload_builders.toolchain import find_toolchain, user_cache
+
+PROG = "offload-compile"
+
+_HELP = f"""OVERVIEW: Run one phase of a Clang OpenMP offload compile (the installed driver's own job).
+
+USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
+       {PROG} device  SRC --host-bc <host.bc> --target <ID> -o <out> [--depfile <file>] [-- <compile flags>]
+       {PROG} package SRC --targets <ID,...> -o <pkg> <image per target...> [--depfile <file>] [-- <flags>]
+       {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
+       {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
+
+OPTIONS:
+  -o <file>            - Output; written atomically, left untouched (mtime too) when its bytes are unchanged
+  --depfile <file>     - Write a gcc-style depfile (output: source, headers, compiler binaries)
+  --target <ID>        - The target ID of a device compile (NVPTX: includes ptxas; the output is the cubin)
+  --targets <ID,...>   - The target IDs of the package's images, in the images' order
+  --host-bc <file>     - The host bitcode (made by `{PROG} host`, with its .identity file)
+  --package <file>     - The offload package to embed
+  --help, --version
+The compile flags after `--` are the same for every phase of a source (device: plus that target's own).
+The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang.
+"""
+
+#: Dependency-file flags: this tool writes the depfile itself, one per node.
+_DEPENDENCY_FLAGS = ("-M", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG", "-MV", "-Wp,-M")
+_SUBCOMMANDS = ("host", "device", "package", "embed", "check")
+IDENTITY_SUFFIX = ".identity"
+
+
+@dataclass
+class _Options:
+    command: str = ""
+    positional: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    output: str | None = None
+    depfile: str | None = None
+    target: str | None = None
+    targets: str | None = None
+    host_bc: str | None = None
+    package: str | None = None
+    help: bool = False
+    version: bool = False
+
+
+_VALUE_OPTIONS = {"-o": "output", "--depfile": "depfile", "--target": "target", "--targets": "targets",
+                  "--host-bc": "host_bc", "--package": "package"}
+
+
+def _parse(argv: Sequence[str]) -> _Options:
+    opts = _Options()
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            opts.flags = args[i:]
+            break
+        name, eq, inline = arg.partition("=")
+        if arg in ("--help", "-help", "-h"):
+            opts.help = True
+        elif arg == "--version":
+            opts.version = True
+        elif name in _VALUE_OPTIONS:
+            if eq:
+                value = inline
+            elif i < len(args):
+                value, i = args[i], i + 1
+            else:
+                raise UsageError(f"missing value for {name}")
+            setattr(opts, _VALUE_OPTIONS[name], value)
+        elif arg.startswith("-") and arg != "-":
+            raise UsageError(f"unknown option '{arg}' (compile flags go after '--'; see --help)")
+        elif not opts.command:
+            if arg not in _SUBCOMMANDS:
+                raise UsageError(f"unknown subcommand '{arg}'; expected one of {', '.join(_SUBCOMMANDS)}")
+            opts.command = arg
+        else:
+            opts.positional.append(arg)
+    return opts
+
+
+def _require(opts: _Options, *names: str) -> None:
+    for name in names:
+        if getattr(opts, name) is None:
+            option = next(key for key, value in _VALUE_OPTIONS.items() if value == name)
+            raise UsageError(f"{opts.command}: {option} is required")
+
+
+def _check_flags(flags: Sequence[str]) -> None:
+    for flag in flags:
+        if flag in _DEPENDENCY_FLAGS or flag.startswith(("-MF", "-MT", "-MQ", "-Wp,-M")):
+            raise UsageError(f"the compile flag '{flag}' writes a dependency file: {PROG} writes one per node,"
+                             " use --depfile instead")
+    if selected := target_selection_flags(flags):
+        raise UsageError(f"the compile flag '{selected[0]}' selects offload targets: name them with --target/"
+                         "--targets (one node per target)")
+
+
+def _source(opts: _Options, count: int = 1) -> str:
+    if len(opts.positional) < count:
+        raise UsageError(f"{opts.command}: no source file given")
+    source = opts.positional[0]
+    if not os.path.isfile(source):
+        raise UsageError(f"source file '{source}' not found")
+    language_of(source)
+    return source
+
+
+def _input(path: str, option: str) -> str:
+    if not os.path.isfile(path):
+        raise UsageError(f"{option}: '{path}' not found")
+    return path
+
+
+def _target(text: str, option: str) -> TargetID:
+    try:
+        return parse_target_id(text)
+    except OffloadError as error:  # one line naming the option
+        raise UsageError(f"{option}: {error}") from None
+
+
+def _model() -> PhaseModel:
+    return PhaseModel(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
+
+
+# --- running jobs, outputs and depfiles ------------------------------------------------------------------
+
+def _run(argv: Sequence[str]) -> None:
+    """Run one job; its own diagnostics go to stderr as they are, a failure is one line naming the tool."""
+    try:
+        done = subprocess.run(list(argv), check=False)
+    except OSError as error:
+        raise UsageError(f"cannot run {argv[0]}: {error.strerror}") from None
+    if done.returncode != 0:
+        raise UsageError(f"{os.path.basename(argv[0])} failed (exit status {done.returncode})")
+
+
+def _with_dependency_file(argv: Sequence[str], depfile: str, output: str) -> list[str]:
+    """A ``-cc1`` job that also writes the headers it reads to ``depfile`` (``-MMD`` semantics)."""
+    return [*argv[:2], "-dependency-file", depfile, "-MT", output, *argv[2:]]
+
+
+def _read_make_dependencies(path: str) -> list[str]:
+    """The prerequisites of a Clang-written dependency file (one rule, backslash-escaped spaces)."""
+    with open(path) as f:
+        text = f.read().replace("\\\n", " ")
+    _, _, rest = text.partition(": ")
+    words: list[str] = []
+    current = ""
+    index = 0
+    while index < len(rest):
+        char = rest[index]
+        if char == "\\" and index + 1 < len(rest) and rest[index + 1] in " #":
+            current += rest[index + 1]
+            index += 2
+            continue
+        if char.isspace():
+            if current:
+                words.append(current)
+            current = ""
+        else:
+            current += char
+        index += 1
+    if current:
+        words.append(current)
+    return words
+
+
+def _escape(path: str) -> str:
+    return path.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
+
+
+def _write_depfile(depfile: str | None, output: str, prerequisites: Sequence[str]) -> None:
+    if depfile is None:
+        return
+    unique = list(dict.fromkeys(prerequisites))
+    text = f"{_escape(output)}:" + "".join(f" \\\n  {_escape(path)}" for path in unique) + "\n"
+    _commit_text(depfile, text)
+
+
+def _binaries(argv: Sequence[str]) -> list[str]:
+    """The program a job runs (the real file behind it) and the bitcode libraries it links."""
+    files = [os.path.realpath(argv[0])]
+    files += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-mlink-builtin-bitcode"]
+    return files
+
+
+def _compiler_files(model: PhaseModel) -> list[str]:
+    """The drivers asked for the jobs: a wrapper (ccache's, Spack's) and what it runs."""
+    toolchain = model.toolchain
+    return list(dict.fromkeys([str(toolchain.clang), os.path.realpath(toolchain.clang),
+                               str(toolchain.clangxx), os.path.realpath(toolchain.clangxx)]))
+
+
+def _partial(output: str) -> str:
+    return output + ".partial"
+
+
+def _commit(partial: str, output: str) -> None:
+    """Rename ``partial`` over ``output``, unless ``output`` already has these bytes: then it stays untouched
+    (its mtime too), so Ninja's ``restat`` skips what depends on it."""
+    if _same_bytes(partial, output):
+        os.unlink(partial)
+    else:
+        os.replace(partial, output)
+
+
+def _commit_text(path: str, text: str) -> None:
+    partial = _partial(path)
+    with open(partial, "w") as f:
+        f.write(text)
+    _commit(partial, path)
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    try:
+        if os.path.getsize(a) != os.path.getsize(b):
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            while True:
+                block = fa.read(1 << 20)
+                if block != fb.read(1 << 20):
+                    return False
+                if not block:
+                    return True
+    except OSError:
+        return False
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# --- the phases --------------------------------------------------------------------------------------------
+
+def _host(opts: _Options) -> int:
+    _require(opts, "output")
+    assert opts.output is not None
+    source = _source(opts)
+    model = _model()
+    steps = model.host_steps(language_of(source), opts.flags)
+    partial = _partial(opts.output)
+    argv = steps.frontend.render(source=source, main_file_name=os.path.basename(source), output=partial)
+    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+        headers_file = os.path.join(scratch, "deps.d")
+        try:
+            _run(_with_dependency_file(argv, headers_file, opts.output))
+            read = _read_make_dependencies(headers_file)
+        except BaseException:
+            _remove(partial)
+            raise
+    _commit(partial, opts.output)
+    # Every file whose inode names target regions in this bitcode (the source first, then its headers).
+    _commit_text(opts.output + IDENTITY_SUFFIX, "".join(file_identity(path) + "\n" for path in read))
+    _write_depfile(opts.depfile, opts.output, [*read, *_binaries(argv), *_compiler_files(model)])
+    return 0
+
+
+def _check_identity(host_bc: str) -> None:
+    """Fail, naming the file, where a file the host front end read is now another file (another inode)."""
+    record = host_bc + IDENTITY_SUFFIX
+    try:
+        with open(record) as f:
+            lines = [line.rstrip("\n") for line in f if line.strip()]
+    except OSError:
+        raise UsageError(f"'{record}' not found: make '{host_bc}' with `{PROG} host` (it writes this file"
+                         " beside it) and declare both as outputs of the host step") from None
+    for line in lines:
+        path = line.rsplit(" dev=", 1)[0].removesuffix(" missing")
+        if file_identity(path) != line:
+            _remove(record)
+            raise UsageError(f"'{path}' is not the file '{host_bc}' was made from (re-created: another inode),"
+                             f" so this compile would emit no kernels; removed '{record}' so that the host step"
+                             " runs again: run the build again")
+
+
+def _device_steps(model: PhaseModel, source: str, target: TargetID, flags: Sequence[str]) -> DeviceSteps:
+    return model.device_steps(target, language_of(source), flags)
+
+
+def _device(opts: _Options) -> int:
+    _require(opts, "output", "target", "host_bc")
+    assert opts.output is not None and opts.target is not None and opts.host_bc is not None
+    source = _source(opts)
+    host_bc = _input(opts.host_bc, "--host-bc")
+    target = _target(opts.target, "--target")
+    _check_identity(host_bc)
+    model = _model()
+    steps = _device_steps(model, source, target, opts.flags)
+    partial = _partial(opts.output)
+    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+        headers_file = os.path.join(scratch, "deps.d")
+        compiled = os.path.join(scratch, "device" + steps.compile_suffix) if steps.assemble else partial
+        argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), host_bc=host_bc,
+                                    output=compiled)
+        ran = [argv]
+        try:
+            _run(_with_dependency_file(argv, headers_file, opts.output))
+            if steps.assemble is not None:
+                ran.append(steps.assemble.render(input=compiled, output=partial))
+                _run(ran[-1])
+            read = _read_make_dependencies(headers_file)
+        except BaseException:
+            _remove(partial)
+            raise
+    _commit(partial, opts.output)
+    binaries = [path for job in ran for path in _binaries(job)]
+    _write_depfile(opts.depfile, opts.output, [*read, host_bc, *binaries, *_compiler_files(model)])
+    return 0
+
+
+def _package(opts: _Options) -> int:
+    from offload_builders.formats.offload_binary import kind_table, packager_images, write_offload_binaries
+
+    _require(opts, "output", "targets")
+    assert opts.output is not None and opts.targets is not None
+    source = _source(opts)
+    images = [_input(path, "package image") for path in opts.positional[1:]]
+    try:
+        targets = [parse_target_id(text.strip()) for text in opts.targets.split(",")]
+        parse_offload_archs(opts.targets)  # conflicting IDs
+    except OffloadError as error:
+        raise UsageError(f"--targets: {error}") from None
+    if len(set(targets)) != len(targets):
+        raise UsageError(f"--targets: a target ID appears twice in '{opts.targets}'")
+    if len(targets) != len(images):
+        raise UsageError(f"--targets names {len(targets)} targets but {len(images)} images are given;"
+                         " give one image per target, in the same order")
+    model = _model()
+    # The images in the driver's order (target IDs sorted), whatever order the build system lists them in.
+    pairs = sorted(zip(targets, images), key=lambda pair: str(pair[0]))
+    # Each image is named with its phase's suffix, as the SCons tool names it: the packager takes the image
+    # kind from it (an object from ".o"), so the build system may name its files as it likes.
+    named: dict[str, str] = {}
+    steps = []
+    for index, (target, path) in enumerate(pairs):
+        target_steps = _device_steps(model, source, target, opts.flags)
+        named[f"image{index}{target_steps.image_suffix}"] = path
+        steps.append((target_steps, f"image{index}{target_steps.image_suffix}"))
+    command = model.package_command(steps, _partial(opts.output))
+    table = kind_table(model.toolchain.major)
+    binaries = [image for arg in command if arg.startswith("--image=")
+                for image in packager_images(arg[len("--image="):], table, named.__getitem__)]
+    write_offload_binaries(binaries, _partial(opts.output))
+    _commit(_partial(opts.output), opts.output)
+    _write_depfile(opts.depfile, opts.output, [*images, *_compiler_files(model)])
+    return 0
+
+
+def _embed(opts: _Options) -> int:
+    _require(opts, "output", "host_bc", "package")
+    assert opts.output is not None and opts.host_bc is not None and opts.package is not None
+    source = _source(opts)
+    host_bc = _input(opts.host_bc, "--host-bc")
+    package = _input(opts.package, "--package")
+    model = _model()
+    steps = model.host_steps(language_of(source), opts.flags)
+    partial = _partial(opts.output)
+    argv = steps.embed.render(host_bc=host_bc, main_file_name=os.path.basename(source), package=package,
+                              output=partial)
+    try:
+        _run(argv)
+    except BaseException:
+        _remove(partial)
+        raise
+    _commit(partial, opts.output)
+    _write_depfile(opts.depfile, opts.output, [host_bc, package, *_binaries(argv), *_compiler_files(model)])
+    return 0
+
+
+def _check(opts: _Options) -> int:
+    if not opts.positional:
+        raise UsageError("check: no target IDs given (e.g. x86_64,gfx90a)")
+    try:
+        targets = parse_offload_archs(opts.positional)
+    except OffloadError as error:
+        raise UsageError(f"check: {error}") from None
+    print(",".join(str(target) for target in targets))
+    return 0
+
+
+_PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embed, "check": _check}
+
+
+def _main(argv: Sequence[str]) -> int:
+    opts = _parse(argv)
+    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders) {__version__}"):
+        return 0
+    if not opts.command:
+        raise UsageError(f"no subcommand given; expected one of {', '.join(_SUBCOMMANDS)} (see --help)")
+    _check_flags(opts.flags)
+    return _PHASES[opts.command](opts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

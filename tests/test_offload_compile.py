@@ -1,0 +1,170 @@
+"""``offload-compile``: one phase per command gives the SCons tool's and the driver's fat objects, with one
+depfile per node, untouched unchanged outputs (Ninja's ``restat``) and a guard for the source identity."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import driver_library_flags
+from offload_builders.targets import parse_offload_archs
+from offload_builders.toolchain import find_toolchain
+
+OFFLOAD_COMPILE = [sys.executable, "-m", "offload_builders.cli.compile"]
+SCONS = str(Path(sys.executable).with_name("scons"))
+
+SOURCE = textwrap.dedent("""\
+    #include "k.hpp"
+    double sum(const double *x, int n) {
+      double s = 0;
+    #pragma omp target teams distribute parallel for reduction(+ : s) map(to : x[0 : n])
+      for (int i = 0; i < n; ++i) s += scaled(x[i]);
+      return s;
+    }
+""")
+HEADER = "inline double scaled(double v) { return 3 * v; }\n"
+FLAGS = ["-O2", "-Iinc"]
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "k.hpp").write_text(HEADER)
+    (tmp_path / "k.cpp").write_text(SOURCE)
+    return tmp_path
+
+
+def oc(work: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([*OFFLOAD_COMPILE, *args], cwd=work, capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def build_by_commands(work: Path, archs: str, stem: str = "k") -> Path:
+    """The whole object, one command per phase and target, as a Ninja build would run them."""
+    oc(work, "host", "k.cpp", "-o", f"{stem}.host.bc", "--", *FLAGS)
+    images, targets = [], [str(target) for target in parse_offload_archs(archs)][::-1]  # any order works
+    for target in targets:
+        image = f"{stem}.{target.replace(':', '_')}.dev"
+        oc(work, "device", "k.cpp", "--host-bc", f"{stem}.host.bc", "--target", target, "-o", image, "--", *FLAGS)
+        images.append(image)
+    oc(work, "package", "k.cpp", "--targets", ",".join(targets), "-o", f"{stem}.pkg", *images, "--", *FLAGS)
+    oc(work, "embed", "k.cpp", "--host-bc", f"{stem}.host.bc", "--package", f"{stem}.pkg", "-o", f"{stem}.o",
+       "--", *FLAGS)
+    return work / f"{stem}.o"
+
+
+def test_commands_give_the_scons_tools_fat_object(work):
+    """Same source file (its inode names the target regions), same directory: byte for byte."""
+    (work / "SConstruct").write_text(textwrap.dedent("""\
+        import offload_builders.scons
+        env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
+                          OFFLOAD_ARCHS=["x86_64", "gfx90a"], OFFLOAD_FLAGS=["-O2"], CPPPATH=["inc"])
+        env.OffloadObject("scons/k.o", "k.cpp")
+    """))
+    subprocess.run([SCONS, "-Q"], cwd=work, check=True, capture_output=True)
+    ours = build_by_commands(work, "x86_64,gfx90a")
+    assert ours.read_bytes() == (work / "scons" / "k.o").read_bytes()
+
+
+def test_commands_give_the_drivers_fat_object(work):
+    ours = build_by_commands(work, "gfx90a")
+    targets = parse_offload_archs("gfx90a")
+    subprocess.run([str(find_toolchain().clangxx), "-fopenmp", "--offload-arch=gfx90a",
+                    *driver_library_flags(targets, FLAGS), *FLAGS, "-c", "k.cpp", "-o", "mono.o"],
+                   cwd=work, check=True, capture_output=True)
+    assert ours.read_bytes() == (work / "mono.o").read_bytes()
+
+
+def depfile_rule(path: Path) -> tuple[str, list[str]]:
+    target, _, rest = path.read_text().replace("\\\n", " ").partition(":")
+    return target, rest.split()
+
+
+def test_each_node_writes_its_own_depfile_with_headers_and_compilers(work):
+    oc(work, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "k.host.d", "--", *FLAGS)
+    oc(work, "device", "k.cpp", "--host-bc", "k.host.bc", "--target", "x86_64", "-o", "k.x86_64.o",
+       "--depfile", "k.x86_64.d", "--", *FLAGS)
+    oc(work, "package", "k.cpp", "--targets", "x86_64", "-o", "k.pkg", "k.x86_64.o", "--depfile", "k.pkg.d",
+       "--", *FLAGS)
+    oc(work, "embed", "k.cpp", "--host-bc", "k.host.bc", "--package", "k.pkg", "-o", "k.o", "--depfile", "k.o.d",
+       "--", *FLAGS)
+    toolchain = find_toolchain()
+    clang = os.path.realpath(toolchain.clang)
+    host_target, host_deps = depfile_rule(work / "k.host.d")
+    assert host_target == "k.host.bc"                                    # Ninja rejects any other output
+    assert host_deps[:2] == ["k.cpp", "inc/k.hpp"] and clang in host_deps
+    device_target, device_deps = depfile_rule(work / "k.x86_64.d")
+    assert device_target == "k.x86_64.o"
+    assert device_deps[:2] == ["k.cpp", "inc/k.hpp"] and "k.host.bc" in device_deps and clang in device_deps
+    assert depfile_rule(work / "k.pkg.d")[1][0] == "k.x86_64.o"
+    embed_target, embed_deps = depfile_rule(work / "k.o.d")
+    assert embed_target == "k.o" and embed_deps[:2] == ["k.host.bc", "k.pkg"] and clang in embed_deps
+    # No node left the driver's shared dependency file behind, and no partial output.
+    assert not list(work.glob("*.partial")) and sorted(p.name for p in work.glob("*.d")) == \
+        ["k.host.d", "k.o.d", "k.pkg.d", "k.x86_64.d"]
+
+
+def test_an_unchanged_output_keeps_its_file_and_mtime(work):
+    build_by_commands(work, "x86_64")
+    old = 1_000_000_000
+    for name in ("k.host.bc", "k.x86_64.dev", "k.pkg", "k.o"):
+        os.utime(work / name, (old, old))
+    inode = (work / "k.x86_64.dev").stat().st_ino
+    # A comment-only change in place (same inode): the device code is the same bytes, so it stays untouched.
+    with open(work / "k.cpp", "a") as f:
+        f.write("// a comment\n")
+    oc(work, "device", "k.cpp", "--host-bc", "k.host.bc", "--target", "x86_64", "-o", "k.x86_64.dev", "--", *FLAGS)
+    assert (work / "k.x86_64.dev").stat().st_mtime == old and (work / "k.x86_64.dev").stat().st_ino == inode
+    build_by_commands(work, "x86_64")
+    assert all((work / name).stat().st_mtime == old for name in ("k.x86_64.dev", "k.pkg", "k.o"))
+    # A real change rewrites it.
+    (work / "inc" / "k.hpp").write_text(HEADER.replace("3 *", "4 *"))
+    build_by_commands(work, "x86_64")
+    assert (work / "k.x86_64.dev").stat().st_mtime != old and (work / "k.o").stat().st_mtime != old
+
+
+def test_a_recreated_source_stops_the_device_compile_until_the_host_runs_again(work):
+    oc(work, "host", "k.cpp", "-o", "k.host.bc", "--", *FLAGS)
+    temporary = work / "k.cpp.tmp"
+    shutil.copy2(work / "k.cpp", temporary)
+    os.replace(temporary, work / "k.cpp")                   # same bytes, new inode (a safe-save, a branch switch)
+    done = oc(work, "device", "k.cpp", "--host-bc", "k.host.bc", "--target", "x86_64", "-o", "k.x86_64.dev",
+              "--", *FLAGS, check=False)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "'k.cpp' is not the file 'k.host.bc' was made from" in done.stderr
+    assert not (work / "k.host.bc.identity").exists() and not (work / "k.x86_64.dev").exists()
+    oc(work, "host", "k.cpp", "-o", "k.host.bc", "--", *FLAGS)
+    oc(work, "device", "k.cpp", "--host-bc", "k.host.bc", "--target", "x86_64", "-o", "k.x86_64.dev", "--", *FLAGS)
+
+
+def test_check_prints_the_canonical_list(work):
+    assert oc(work, "check", "gfx90a:xnack+:sramecc-,x86_64", "sm_90").stdout == "gfx90a:sramecc-:xnack+,sm_90,x86_64\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["check", "gfx90a,gfx90a:xnack+"], "check: conflicting offload target IDs 'gfx90a' and 'gfx90a:xnack+'"),
+    (["check", "gfx9999"], "check: "),
+    (["check"], "check: no target IDs given"),
+    (["frobnicate"], "unknown subcommand 'frobnicate'"),
+    (["host", "k.cpp", "-o", "x", "-O2"], "unknown option '-O2' (compile flags go after '--'"),
+    (["host", "missing.cpp", "-o", "x"], "source file 'missing.cpp' not found"),
+    (["host", "k.cpp"], "host: -o is required"),
+    (["host", "k.cpp", "-o", "x", "--", "-MMD"], "the compile flag '-MMD' writes a dependency file"),
+    (["host", "k.cpp", "-o", "x", "--", "--offload-arch=gfx90a"], "'--offload-arch=gfx90a' selects offload targets"),
+    (["device", "k.cpp", "--host-bc", "k.cpp", "-o", "x", "--target", "gfx90a:bogus+"], "--target: "),
+    (["device", "k.cpp", "--host-bc", "nope.bc", "-o", "x", "--target", "x86_64"], "--host-bc: 'nope.bc' not found"),
+    (["package", "k.cpp", "--targets", "x86_64,gfx90a", "-o", "p", "k.cpp"], "--targets names 2 targets but 1"),
+    (["host", "k.txt", "-o", "x"], "source file 'k.txt' not found"),
+])
+def test_bad_input_is_one_line_naming_it(work, args, message):
+    done = oc(work, *args, check=False)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("offload-compile: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr
