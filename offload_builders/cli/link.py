@@ -43,6 +43,9 @@ OPTIONS:
   --save-temps                   - Keep the device inputs, images and wrapper object next to the output
   --dry-run                      - Print the commands instead of running them
   --wrapper-verbose, -v          - Print each command before running it
+  --print-shim-dir               - Print a directory for clang's -B whose clang-linker-wrapper runs this tool
+  --print-link-args              - Print the clang++ link flags (one a line) that link through this tool
+  --print-runtime-dir            - Print the directory of libomptarget.so (for a run path)
   --help                         - Display available options
   --version                      - Display the version of this program
 Other clang-linker-wrapper options the Clang driver passes (--bitcode-library, --embed-bitcode, ...) are
@@ -318,6 +321,13 @@ def _insert_after_output(args: Sequence[str], wrapper: str) -> list[str]:
 
 
 def _main(argv: Sequence[str]) -> int:
+    if list(argv) in (["--print-shim-dir"], ["--print-link-args"], ["--print-runtime-dir"]):
+        from offload_builders.cli.link_shim import link_args, runtime_dir, shim_dir
+
+        printers = {"--print-shim-dir": shim_dir, "--print-runtime-dir": runtime_dir,
+                    "--print-link-args": lambda: "\n".join(link_args())}
+        print(printers[argv[0]]())
+        return 0
     opts = _parse(argv)
     if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders) {__version__}"):
         return 0

@@ -1,0 +1,107 @@
+"""``sample_project/meson``: real Meson and Ninja build the sample with one node per phase and target through
+``offload-compile`` and link through ``offload-link``; commands are counted from ``ninja -v``."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+from offload_builders.toolchain import find_toolchain
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+MESON, NINJA = str(BIN / "meson"), str(BIN / "ninja")
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A copy of the sample (its Meson project, sources and headers), with the tools of this checkout on PATH."""
+    root = tmp_path / "sample"
+    for part in ("meson", "src", "include"):
+        shutil.copytree(REPO_ROOT / "sample_project" / part, root / part)
+    # A header only norm.cpp includes: touching it must rebuild norm.cpp's nodes alone.
+    (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
+    norm = root / "src" / "norm.cpp"
+    norm.write_text('#include "norm_only.hpp"\n' + norm.read_text())
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, module in (("offload-compile", "compile"), ("offload-link", "link")):
+        (tools / name).write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.{module} \"$@\"\n")
+        (tools / name).chmod(0o755)
+    return root
+
+
+def environ(project: Path) -> dict[str, str]:
+    return dict(os.environ, PATH=f"{project.parent / 'bin'}:{BIN}:{os.environ['PATH']}",
+                CXX=str(find_toolchain().clangxx), PYTHONPATH=str(REPO_ROOT))
+
+
+def run(project: Path, *argv: str) -> str:
+    done = subprocess.run(argv, cwd=project, env=environ(project), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def ninja(project: Path) -> list[str]:
+    """The commands one ``ninja -v`` runs (Meson's own regeneration left out)."""
+    out = run(project, NINJA, "-C", "build", "-v")
+    return [line.split("] ", 1)[1] for line in out.splitlines()
+            if line.startswith("[") and "] " in line and "--internal regenerate" not in line]
+
+
+def phases(commands: list[str], phase: str, source: str = "") -> list[str]:
+    return [c for c in commands if f"offload-compile {phase} " in c and source in c]
+
+
+def links(commands: list[str]) -> list[str]:
+    return [c for c in commands if " -o zaxpy " in c and "--offload-link" in c]
+
+
+def test_meson_builds_the_sample_and_it_runs_on_the_offload_device(project):
+    run(project, MESON, "setup", "build", "meson")
+    first = ninja(project)
+    assert len(phases(first, "host")) == 2 and len(phases(first, "device")) == 2 and len(links(first)) == 1
+    assert "Ok:" in run(project, MESON, "test", "-C", "build")     # OMP_TARGET_OFFLOAD=MANDATORY
+    assert ninja(project) == []                                      # a no-op runs nothing
+
+
+def test_meson_adds_a_target_without_host_front_ends_and_rebuilds_only_what_changed(project):
+    run(project, MESON, "setup", "build", "meson")
+    ninja(project)
+    run(project, MESON, "configure", "build", "-Doffload_archs=x86_64,gfx90a")
+    added = ninja(project)
+    assert phases(added, "host") == []
+    device = phases(added, "device")
+    assert len(device) == 2 and all("--target gfx90a" in c for c in device)
+    assert len(phases(added, "package")) == 2 and len(phases(added, "embed")) == 2 and len(links(added)) == 1
+    assert len(added) == 7
+    assert ninja(project) == []
+
+    # Touching a header one source includes runs that source's host and device compiles only, and stops there:
+    # their outputs are the same bytes, left untouched, so Ninja's restat skips package, embed and link.
+    os.utime(project / "include" / "norm_only.hpp")
+    touched = ninja(project)
+    assert touched and all("norm.cpp" in c for c in touched)
+    assert len(phases(touched, "host")) == 1 and len(phases(touched, "device")) == 2 and len(touched) == 3
+
+    # A comment-only change to a source: its compiles run, their outputs do not change, nothing else runs.
+    with open(project / "src" / "zaxpy.cpp", "a") as f:
+        f.write("// only a comment\n")
+    commented = ninja(project)
+    assert len(phases(commented, "host", "zaxpy.cpp")) == 1 and len(phases(commented, "device", "zaxpy.cpp")) == 2
+    assert len(commented) == 3
+    assert ninja(project) == []
+    assert "Ok:" in run(project, MESON, "test", "-C", "build")
+
+
+def test_meson_rejects_a_bad_target_list_at_configure_time(project):
+    done = subprocess.run([MESON, "setup", "build", "meson", "-Doffload_archs=gfx90a,gfx90a:xnack+"], cwd=project,
+                          env=environ(project), capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "conflicting offload target IDs 'gfx90a' and 'gfx90a:xnack+'" in done.stdout + done.stderr
