@@ -654,3 +654,19 @@ def test_device_links_run_the_drivers_own_job(project):
     rebuilt = project.scons("archs=x86_64,sm_80,gfx90a")
     assert rebuilt.by_phase["DEVICELINK"] == 3 and rebuilt.count("LINK") == 0  # the same images again
     assert project.run_program().returncode == 0
+
+
+def test_scons_ninja_generator_is_refused_with_one_clear_error(tmp_path):
+    """Under ``--experimental=ninja`` our phases would be Ninja edges with no header dependencies: a header
+    change would rebuild nothing. The tool refuses to load there instead of going silently stale."""
+    (tmp_path / "SConstruct").write_text(textwrap.dedent("""
+        import offload_builders.scons
+        env = Environment(tools=["default", "ninja", "offload"], toolpath=[offload_builders.scons.toolpath()])
+        env.OffloadObject("k.cpp")
+    """))
+    (tmp_path / "k.cpp").write_text("int f() { return 1; }\n")
+    done = subprocess.run([SCONS, "-Q", "--experimental=ninja"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "does not support SCons' Ninja generator (--experimental=ninja)" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "k.o").exists() and not (tmp_path / "build.ninja").exists()

@@ -90,8 +90,22 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
+def refuse_ninja_generator() -> None:
+    """SCons' own Ninja generator (``--experimental=ninja``) turns our in-process phases into ``TEMPLATE``
+    edges that a serial SCons daemon runs, and names no header for them: after a header change Ninja would
+    run nothing. Silently stale is worse than no support, so the tool refuses to load there."""
+    import SCons.Script
+
+    if "ninja" in (SCons.Script.GetOption("experimental") or ()):
+        raise SCons.Errors.UserError(
+            "the offload tool does not support SCons' Ninja generator (--experimental=ninja): its phases would "
+            "become Ninja edges that track no header, and builds would go stale; build with scons itself, or "
+            "drive Ninja through Meson and offload-compile (README: Meson and Ninja)")
+
+
 def generate(env, **kwargs: Any) -> None:
     """Add the offload builders and variables to ``env`` without overwriting anything the user set."""
+    refuse_ninja_generator()
     for key, value in kwargs.items():  # env.Tool('offload', archs=[...]) sets $OFFLOAD_ARCHS
         name = key.upper()
         env[name if name.startswith("OFFLOAD_") else f"OFFLOAD_{name}"] = value
