@@ -34,8 +34,10 @@ This module has no SCons imports.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import re
 import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,6 +104,27 @@ def check_targets(targets: Iterable[TargetID]) -> None:
     if others:
         raise ToolchainError(f"HIP offload targets must be AMDGPU processors (e.g. gfx90a:xnack+), not"
                              f" {', '.join(others)}")
+
+
+#: A CUID becomes part of symbol names (``__hip_cuid_*``, RDC stubs): identifier characters only.
+CUID_PATTERN = re.compile(r"[A-Za-z0-9_]+")
+
+
+def default_cuid(path: str) -> str:
+    """The default CUID of a source: the first 16 hex digits of the MD5 of its path (``/`` separators).
+
+    The SCons tool passes the path relative to the top directory, ``offload-compile`` the path as given;
+    either way the value is deterministic, unlike the driver's default, which hashes the whole command
+    line (``-o`` included) and so would tie each target's device compile to all the others.
+    """
+    return hashlib.md5(path.replace(os.sep, "/").encode()).hexdigest()[:16]
+
+
+def check_cuid(value: str) -> str:
+    """``value`` if it is a usable CUID (letters, digits, ``_``), else a :class:`ToolchainError`."""
+    if not CUID_PATTERN.fullmatch(value):
+        raise ToolchainError(f"{value!r} is not a CUID; use letters, digits and '_' only")
+    return value
 
 
 #: The ROCm device libraries a HIP device compile links besides OpenMP's ``ocml`` and ``oclc_*`` set.
@@ -381,6 +404,7 @@ class HipPhaseModel:
 
 
 __all__ = [
+    "CUID_PATTERN",
     "HIP_DEVICE_LIBRARIES",
     "HIP_LANGUAGE",
     "HIP_RUNTIME_LIBRARY",
@@ -392,8 +416,10 @@ __all__ = [
     "HipDeviceSteps",
     "HipHostSteps",
     "HipPhaseModel",
+    "check_cuid",
     "check_flags",
     "check_targets",
+    "default_cuid",
     "default_flags",
     "device_library_flags",
     "hip_installation",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import driver_library_flags
+from conftest import REPO_ROOT, driver_library_flags
 from offload_builders.targets import parse_offload_archs
 from offload_builders.toolchain import find_toolchain
 
@@ -36,6 +36,7 @@ def work(tmp_path) -> Path:
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "k.hpp").write_text(HEADER)
     (tmp_path / "k.cpp").write_text(SOURCE)
+    (tmp_path / "k.hip").write_text("__attribute__((global)) void k(float *x) { *x = 1; }\n")
     return tmp_path
 
 
@@ -144,6 +145,51 @@ def test_a_recreated_source_stops_the_device_compile_until_the_host_runs_again(w
     oc(work, "device", "k.cpp", "--host-bc", "k.host.bc", "--target", "x86_64", "-o", "k.x86_64.dev", "--", *FLAGS)
 
 
+#: sample_project/hip's stub configuration: its OFFLOAD_FLAGS, CPPPATH and OFFLOAD_HIP_FLAGS.
+HIP_FLAGS = ["-O2", "-Iinclude", "-nogpulib", "-nogpuinc"]
+
+
+def test_hip_commands_give_the_scons_tools_fat_binary_and_object(tmp_path):
+    """A .hip source: per target a device node (compile + link to the code object), the fat binary, the
+    host compile; same path from the same directory, so the default CUID is the SCons tool's."""
+    sample = tmp_path / "hip"
+    shutil.copytree(REPO_ROOT / "sample_project" / "hip", sample, ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    subprocess.run([SCONS, "-Q", "offload_archs=gfx90a,gfx942", "build/saxpy.o"], cwd=sample, check=True,
+                   capture_output=True)
+    targets = ["gfx942", "gfx90a"]                                     # any order works
+    for target in targets:
+        oc(sample, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{target}.hsaco",
+           "--depfile", f"saxpy.{target}.d", "--", *HIP_FLAGS)
+    oc(sample, "bundle", "src/saxpy.hip", "--targets", ",".join(targets), "-o", "saxpy.hipfb",
+       *(f"saxpy.{target}.hsaco" for target in targets), "--", *HIP_FLAGS)
+    oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--depfile", "saxpy.d",
+       "--", *HIP_FLAGS)
+    llvm_objcopy = find_toolchain().tool("llvm-objcopy")
+    for obj in ("saxpy.o", "build/saxpy.o"):
+        subprocess.run([str(llvm_objcopy), f"--dump-section=.hip_fatbin={obj}.fatbin", obj, os.devnull], cwd=sample,
+                       check=True, capture_output=True)
+    assert (sample / "saxpy.o.fatbin").read_bytes() == (sample / "build" / "saxpy.o.fatbin").read_bytes()
+    assert (sample / "saxpy.hipfb").read_bytes() == (sample / "build" / "saxpy.hipfb").read_bytes()
+    assert (sample / "saxpy.o").read_bytes() == (sample / "build" / "saxpy.o").read_bytes()
+    # Each node names what it read; the device node also the device linker.
+    target, deps = depfile_rule(sample / "saxpy.gfx90a.d")
+    assert target == "saxpy.gfx90a.hsaco" and deps[:2] == ["src/saxpy.hip", "include/kernels.h"]
+    assert any(os.path.basename(path) == "lld" for path in deps)
+    target, deps = depfile_rule(sample / "saxpy.d")
+    assert target == "saxpy.o" and "saxpy.hipfb" in deps and deps[0] == "src/saxpy.hip"
+    # Run again: nothing changed, so nothing is rewritten (Ninja's restat stops there).
+    old = 1_000_000_000
+    for name in ("saxpy.gfx90a.hsaco", "saxpy.hipfb", "saxpy.o"):
+        os.utime(sample / name, (old, old))
+    oc(sample, "device", "src/saxpy.hip", "--target", "gfx90a", "-o", "saxpy.gfx90a.hsaco", "--", *HIP_FLAGS)
+    oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--", *HIP_FLAGS)
+    assert (sample / "saxpy.gfx90a.hsaco").stat().st_mtime == old and (sample / "saxpy.o").stat().st_mtime == old
+    # Another CUID is another object (its host and device code must share it: pass it to both).
+    oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--cuid", "other_cuid",
+       "--", *HIP_FLAGS)
+    assert (sample / "saxpy.o").read_bytes() != (sample / "build" / "saxpy.o").read_bytes()
+
+
 def test_check_prints_the_canonical_list(work):
     assert oc(work, "check", "gfx90a:xnack+:sramecc-,x86_64", "sm_90").stdout == "gfx90a:sramecc-:xnack+,sm_90,x86_64\n"
 
@@ -162,6 +208,12 @@ def test_check_prints_the_canonical_list(work):
     (["device", "k.cpp", "--host-bc", "nope.bc", "-o", "x", "--target", "x86_64"], "--host-bc: 'nope.bc' not found"),
     (["package", "k.cpp", "--targets", "x86_64,gfx90a", "-o", "p", "k.cpp"], "--targets names 2 targets but 1"),
     (["host", "k.txt", "-o", "x"], "source file 'k.txt' not found"),
+    (["bundle", "k.cpp", "--targets", "gfx90a", "-o", "x", "k.cpp"], "bundle: 'k.cpp' is not HIP (.hip)"),
+    (["host", "k.cpp", "-o", "x", "--cuid", "abc"], "host: --cuid is for HIP (.hip) sources"),
+    (["device", "k.hip", "--target", "x86_64", "-o", "x"], "--target: HIP offload targets must be AMDGPU"),
+    (["device", "k.hip", "--target", "gfx90a", "-o", "x", "--cuid", "a-b"], "--cuid: 'a-b' is not a CUID"),
+    (["host", "k.hip", "-o", "x"], "host: --fatbin is required"),
+    (["device", "k.hip", "--target", "gfx90a", "-o", "x", "--", "-fgpu-rdc"], "-fgpu-rdc: relocatable HIP"),
 ])
 def test_bad_input_is_one_line_naming_it(work, args, message):
     done = oc(work, *args, check=False)

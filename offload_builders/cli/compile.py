@@ -1,4 +1,4 @@
-"""``offload-compile``: one OpenMP offload compile phase per command, for Meson/Ninja and other command pipelines.
+"""``offload-compile``: one offload compile phase per command (OpenMP, HIP), for Meson/Ninja and other pipelines.
 
 Each subcommand runs the installed driver's own job for one phase, rendered through the same
 :class:`~offload_builders.phases.PhaseModel` as the SCons tool (probes kept in the same per-user cache)::
@@ -8,6 +8,17 @@ Each subcommand runs the installed driver's own job for one phase, rendered thro
     offload-compile package SRC --targets T1,T2 -o X.pkg IMAGE1 IMAGE2 [--depfile D] [-- FLAGS]
     offload-compile embed   SRC --host-bc X.host.bc --package X.pkg -o X.o [--depfile D] [-- FLAGS]
     offload-compile check   T1,T2 ...        (prints the canonical target-ID list, or fails)
+
+A ``.hip`` source is HIP, as in the SCons tool (:class:`~offload_builders.hip_phases.HipPhaseModel`, default
+non-RDC mode), with its own three phases::
+
+    offload-compile device  SRC.hip --target T -o X.T.hsaco [--cuid C]   (device compile + lld link)
+    offload-compile bundle  SRC.hip --targets T1,T2 -o X.hipfb CODEOBJECT1 CODEOBJECT2   (in-process writer)
+    offload-compile host    SRC.hip --fatbin X.hipfb -o X.o [--cuid C]   (-fcuda-include-gpubinary)
+
+Host and device compiles of a source must share one CUID: the default is the SCons tool's rule
+(:func:`~offload_builders.hip_phases.default_cuid`) applied to the source path as given, so commands run
+from the SCons top directory with the same path give the SCons tool's object byte for byte.
 
 Why a command per phase: a build system that runs commands (Ninja) then schedules, skips and rebuilds each
 phase and target on its own. Three things make that correct and incremental:
@@ -38,6 +49,18 @@ from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
 from offload_builders.driver import target_selection_flags
 from offload_builders.errors import OffloadError
+from offload_builders.hip_phases import (
+    HIP_SUFFIXES,
+    HOST_PROBE_TARGET,
+    HipDeviceSteps,
+    HipPhaseModel,
+    check_cuid,
+    check_flags as check_hip_flags,
+    check_targets,
+    default_cuid,
+    default_flags,
+    is_rdc,
+)
 from offload_builders.phases import DeviceSteps, PhaseModel, language_of
 from offload_builders.source_identity import file_identity
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -45,13 +68,18 @@ from offload_builders.toolchain import find_toolchain, user_cache
 
 PROG = "offload-compile"
 
-_HELP = f"""OVERVIEW: Run one phase of a Clang OpenMP offload compile (the installed driver's own job).
+_HELP = f"""OVERVIEW: Run one phase of a Clang OpenMP or HIP offload compile (the installed driver's own job).
 
 USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} device  SRC --host-bc <host.bc> --target <ID> -o <out> [--depfile <file>] [-- <compile flags>]
        {PROG} package SRC --targets <ID,...> -o <pkg> <image per target...> [--depfile <file>] [-- <flags>]
        {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
        {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
+HIP (.hip sources; non-RDC):
+       {PROG} device  SRC.hip --target <ID> -o <code object> [--cuid <C>] [--depfile <file>] [-- <flags>]
+       {PROG} bundle  SRC.hip --targets <ID,...> -o <hipfb> <code object per target...> [--depfile <file>]
+                      [-- <flags>]
+       {PROG} host    SRC.hip --fatbin <hipfb> -o <obj> [--cuid <C>] [--depfile <file>] [-- <flags>]
 
 OPTIONS:
   -o <file>            - Output; written atomically, left untouched (mtime too) when its bytes are unchanged
@@ -60,6 +88,9 @@ OPTIONS:
   --targets <ID,...>   - The target IDs of the package's images, in the images' order
   --host-bc <file>     - The host bitcode (made by `{PROG} host`, with its .identity file)
   --package <file>     - The offload package to embed
+  --fatbin <file>      - HIP: the fat binary (made by `{PROG} bundle`) the host compile includes
+  --cuid <C>           - HIP: the CUID host and device compiles share (default: 16 hex digits of the MD5 of the
+                         source path as given, the SCons tool's rule)
   --help, --version
 The compile flags after `--` are the same for every phase of a source (device: plus that target's own).
 The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang.
@@ -67,7 +98,7 @@ The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang
 
 #: Dependency-file flags: this tool writes the depfile itself, one per node.
 _DEPENDENCY_FLAGS = ("-M", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG", "-MV", "-Wp,-M")
-_SUBCOMMANDS = ("host", "device", "package", "embed", "check")
+_SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check")
 IDENTITY_SUFFIX = ".identity"
 
 
@@ -82,12 +113,14 @@ class _Options:
     targets: str | None = None
     host_bc: str | None = None
     package: str | None = None
+    fatbin: str | None = None
+    cuid: str | None = None
     help: bool = False
     version: bool = False
 
 
 _VALUE_OPTIONS = {"-o": "output", "--depfile": "depfile", "--target": "target", "--targets": "targets",
-                  "--host-bc": "host_bc", "--package": "package"}
+                  "--host-bc": "host_bc", "--package": "package", "--fatbin": "fatbin", "--cuid": "cuid"}
 
 
 def _parse(argv: Sequence[str]) -> _Options:
@@ -147,8 +180,22 @@ def _source(opts: _Options, count: int = 1) -> str:
     source = opts.positional[0]
     if not os.path.isfile(source):
         raise UsageError(f"source file '{source}' not found")
-    language_of(source)
+    if not is_hip(source):
+        language_of(source)
     return source
+
+
+def is_hip(source: str) -> bool:
+    """Whether ``source`` is HIP: its suffix, as in the SCons tool (``.hip``)."""
+    return os.path.splitext(source)[1] in HIP_SUFFIXES
+
+
+def _refuse(opts: _Options, *names: str, why: str) -> None:
+    """One line for an option that does not apply to this subcommand and source."""
+    for name in names:
+        if getattr(opts, name) is not None:
+            option = next(key for key, value in _VALUE_OPTIONS.items() if value == name)
+            raise UsageError(f"{opts.command}: {option} {why}")
 
 
 def _input(path: str, option: str) -> str:
@@ -166,6 +213,10 @@ def _target(text: str, option: str) -> TargetID:
 
 def _model() -> PhaseModel:
     return PhaseModel(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
+
+
+def _hip_model() -> HipPhaseModel:
+    return HipPhaseModel(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
 
 
 # --- running jobs, outputs and depfiles ------------------------------------------------------------------
@@ -230,7 +281,7 @@ def _binaries(argv: Sequence[str]) -> list[str]:
     return files
 
 
-def _compiler_files(model: PhaseModel) -> list[str]:
+def _compiler_files(model: PhaseModel | HipPhaseModel) -> list[str]:
     """The drivers asked for the jobs: a wrapper (ccache's, Spack's) and what it runs."""
     toolchain = model.toolchain
     return list(dict.fromkeys([str(toolchain.clang), os.path.realpath(toolchain.clang),
@@ -282,6 +333,9 @@ def _remove(path: str) -> None:
 # --- the phases --------------------------------------------------------------------------------------------
 
 def _host(opts: _Options) -> int:
+    if opts.positional and is_hip(opts.positional[0]):
+        return _hip_host(opts)
+    _refuse(opts, "fatbin", "cuid", why="is for HIP (.hip) sources")
     _require(opts, "output")
     assert opts.output is not None
     source = _source(opts)
@@ -327,6 +381,9 @@ def _device_steps(model: PhaseModel, source: str, target: TargetID, flags: Seque
 
 
 def _device(opts: _Options) -> int:
+    if opts.positional and is_hip(opts.positional[0]):
+        return _hip_device(opts)
+    _refuse(opts, "cuid", why="is for HIP (.hip) sources")
     _require(opts, "output", "target", "host_bc")
     assert opts.output is not None and opts.target is not None and opts.host_bc is not None
     source = _source(opts)
@@ -361,22 +418,12 @@ def _package(opts: _Options) -> int:
     from offload_builders.formats.offload_binary import kind_table, packager_images, write_offload_binaries
 
     _require(opts, "output", "targets")
-    assert opts.output is not None and opts.targets is not None
+    assert opts.output is not None
     source = _source(opts)
-    images = [_input(path, "package image") for path in opts.positional[1:]]
-    try:
-        targets = [parse_target_id(text.strip()) for text in opts.targets.split(",")]
-        parse_offload_archs(opts.targets)  # conflicting IDs
-    except OffloadError as error:
-        raise UsageError(f"--targets: {error}") from None
-    if len(set(targets)) != len(targets):
-        raise UsageError(f"--targets: a target ID appears twice in '{opts.targets}'")
-    if len(targets) != len(images):
-        raise UsageError(f"--targets names {len(targets)} targets but {len(images)} images are given;"
-                         " give one image per target, in the same order")
+    if is_hip(source):
+        raise UsageError(f"package: '{source}' is HIP: its fat binary is made by `{PROG} bundle`")
+    pairs = _images(opts, "package image")
     model = _model()
-    # The images in the driver's order (target IDs sorted), whatever order the build system lists them in.
-    pairs = sorted(zip(targets, images), key=lambda pair: str(pair[0]))
     # Each image is named with its phase's suffix, as the SCons tool names it: the packager takes the image
     # kind from it (an object from ".o"), so the build system may name its files as it likes.
     named: dict[str, str] = {}
@@ -391,14 +438,34 @@ def _package(opts: _Options) -> int:
                 for image in packager_images(arg[len("--image="):], table, named.__getitem__)]
     write_offload_binaries(binaries, _partial(opts.output))
     _commit(_partial(opts.output), opts.output)
-    _write_depfile(opts.depfile, opts.output, [*images, *_compiler_files(model)])
+    _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_compiler_files(model)])
     return 0
+
+
+def _images(opts: _Options, what: str) -> list[tuple[TargetID, str]]:
+    """``--targets`` and the images after the source, paired, in the driver's order (target IDs sorted),
+    whatever order the build system lists them in."""
+    assert opts.targets is not None
+    images = [_input(path, what) for path in opts.positional[1:]]
+    try:
+        targets = [parse_target_id(text.strip()) for text in opts.targets.split(",")]
+        parse_offload_archs(opts.targets)  # conflicting IDs
+    except OffloadError as error:
+        raise UsageError(f"--targets: {error}") from None
+    if len(set(targets)) != len(targets):
+        raise UsageError(f"--targets: a target ID appears twice in '{opts.targets}'")
+    if len(targets) != len(images):
+        raise UsageError(f"--targets names {len(targets)} targets but {len(images)} images are given;"
+                         " give one image per target, in the same order")
+    return sorted(zip(targets, images), key=lambda pair: str(pair[0]))
 
 
 def _embed(opts: _Options) -> int:
     _require(opts, "output", "host_bc", "package")
     assert opts.output is not None and opts.host_bc is not None and opts.package is not None
     source = _source(opts)
+    if is_hip(source):
+        raise UsageError(f"embed: '{source}' is HIP: `{PROG} host --fatbin` makes its object")
     host_bc = _input(opts.host_bc, "--host-bc")
     package = _input(opts.package, "--package")
     model = _model()
@@ -416,6 +483,126 @@ def _embed(opts: _Options) -> int:
     return 0
 
 
+# --- HIP (non-RDC): device compile + link, fat binary, host compile ----------------------------------------
+
+def _hip_flags(model: HipPhaseModel, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
+    """The user's flags plus what the SCons tool adds for ``target`` (ROCm's device libraries, or
+    ``-nogpuinc``/``-nogpulib`` where there are none and the flags do not choose)."""
+    check_hip_flags(flags)
+    if is_rdc(flags):
+        raise UsageError("-fgpu-rdc: relocatable HIP device code is not built by offload-compile yet;"
+                         " use the SCons tool, or drop -fgpu-rdc")
+    return (*flags, *default_flags(model.toolchain, target, flags))
+
+
+def _hip_target(text: str, option: str) -> TargetID:
+    target = _target(text, option)
+    try:
+        check_targets([target])
+    except OffloadError as error:
+        raise UsageError(f"{option}: {error}") from None
+    return target
+
+
+def _hip_device_steps(model: HipPhaseModel, target: TargetID, flags: Sequence[str]) -> HipDeviceSteps:
+    return model.device_steps(target, _hip_flags(model, target, flags))
+
+
+def _hip_cuid(opts: _Options, source: str) -> str:
+    """``--cuid``, else the SCons tool's rule on the source path as given (normalized)."""
+    if opts.cuid is None:
+        return default_cuid(os.path.normpath(source))
+    try:
+        return check_cuid(opts.cuid)
+    except OffloadError as error:
+        raise UsageError(f"--cuid: {error}") from None
+
+
+def _hip_device(opts: _Options) -> int:
+    _refuse(opts, "host_bc", why="is for OpenMP sources (a HIP device compile reads only the source)")
+    _require(opts, "output", "target")
+    assert opts.output is not None and opts.target is not None
+    source = _source(opts)
+    target = _hip_target(opts.target, "--target")
+    cuid = _hip_cuid(opts, source)
+    model = _hip_model()
+    steps = _hip_device_steps(model, target, opts.flags)
+    assert steps.link is not None  # non-RDC
+    partial = _partial(opts.output)
+    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+        headers_file = os.path.join(scratch, "deps.d")
+        compiled = os.path.join(scratch, "device" + steps.compile_suffix)
+        ran = [steps.compile.render(source=source, main_file_name=os.path.basename(source), output=compiled,
+                                    cuid=cuid)]
+        try:
+            _run(_with_dependency_file(ran[0], headers_file, opts.output))
+            ran.append(steps.link.render(input=compiled, output=partial))
+            _run(ran[-1])
+            read = _read_make_dependencies(headers_file)
+        except BaseException:
+            _remove(partial)
+            raise
+    _commit(partial, opts.output)
+    binaries = [path for job in ran for path in _binaries(job)]
+    _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(model)])
+    return 0
+
+
+def _bundle(opts: _Options) -> int:
+    from offload_builders.formats.bundle import bundle
+
+    _require(opts, "output", "targets")
+    assert opts.output is not None
+    source = _source(opts)
+    if not is_hip(source):
+        raise UsageError(f"bundle: '{source}' is not HIP (.hip): its offload package is made by `{PROG} package`")
+    pairs = _images(opts, "code object")
+    for target, _ in pairs:
+        _hip_target(str(target), "--targets")
+    model = _hip_model()
+    spec = model.host_steps(_hip_flags(model, HOST_PROBE_TARGET, opts.flags)).fatbin
+    assert spec is not None  # non-RDC
+    if spec.compress:
+        raise UsageError("--offload-compress: compressed fat binaries are not written by offload-compile yet;"
+                         " use the SCons tool (OFFLOAD_HIP_COMPRESS), or drop the flag")
+    ids = [spec.host_id] + [_hip_device_steps(model, target, opts.flags).bundle_id or "" for target, _ in pairs]
+    partial = _partial(opts.output)
+    try:
+        bundle([spec.host_input, *(path for _, path in pairs)], ids, partial, file_type=spec.file_type,
+               bundle_align=spec.alignment, llvm_version=model.toolchain.major)
+    except BaseException:
+        _remove(partial)
+        raise
+    _commit(partial, opts.output)
+    _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_compiler_files(model)])
+    return 0
+
+
+def _hip_host(opts: _Options) -> int:
+    _refuse(opts, "host_bc", "package", why="is for OpenMP sources (a HIP host compile takes --fatbin)")
+    _require(opts, "output", "fatbin")
+    assert opts.output is not None and opts.fatbin is not None
+    source = _source(opts)
+    fatbin = _input(opts.fatbin, "--fatbin")
+    cuid = _hip_cuid(opts, source)
+    model = _hip_model()
+    steps = model.host_steps(_hip_flags(model, HOST_PROBE_TARGET, opts.flags))
+    partial = _partial(opts.output)
+    argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=partial,
+                                fatbin=fatbin, cuid=cuid)
+    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+        headers_file = os.path.join(scratch, "deps.d")
+        try:
+            _run(_with_dependency_file(argv, headers_file, opts.output))
+            read = _read_make_dependencies(headers_file)
+        except BaseException:
+            _remove(partial)
+            raise
+    _commit(partial, opts.output)
+    _write_depfile(opts.depfile, opts.output, [*read, fatbin, *_binaries(argv), *_compiler_files(model)])
+    return 0
+
+
 def _check(opts: _Options) -> int:
     if not opts.positional:
         raise UsageError("check: no target IDs given (e.g. x86_64,gfx90a)")
@@ -427,7 +614,8 @@ def _check(opts: _Options) -> int:
     return 0
 
 
-_PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embed, "check": _check}
+_PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embed, "bundle": _bundle,
+           "check": _check}
 
 
 def _main(argv: Sequence[str]) -> int:
