@@ -1,0 +1,229 @@
+"""The CUDA model of the ``offload`` SCons tool: ``.cu`` sources, and C/C++ ones where ``$OFFLOAD_MODEL`` is ``'cuda'``.
+
+``OffloadObject`` expands one ``.cu`` source into build nodes that mirror what ``clang++ -x cuda
+--cuda-gpu-arch=... -c`` does in one process (see :mod:`offload_builders.cuda_phases`), for the NVPTX target
+IDs of ``$OFFLOAD_ARCHS``:
+
+* per target ID a device compile to PTX (``<stem>.<target>.dev.s``) and ``ptxas`` (``<stem>.<target>.cubin``);
+* the fat binary (``<stem>.fatbin``), written by the toolkit's ``fatbinary`` in CUDA 13's ``--image3``
+  syntax (``$OFFLOAD_BUNDLECOM``; for CUDA nodes its default is ``$_OFFLOAD_FATBINARY_CMD``);
+* the host compile, which is the object itself and embeds the fat binary (``.nv_fatbin``) through
+  ``-fcuda-include-gpubinary``.
+
+Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile).
+Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_CUDA_CUID``, default: the
+HIP model's :func:`~offload_builders.scons.hip.default_cuid` of the source's path). Objects register their
+own fat binary (``__cudaRegisterFatBinary``) and link as plain host objects with the CUDA runtime
+(``libcudart``) or one of the project's. Relocatable device code is not built yet (one error).
+
+Variables, set only where the user has not:
+
+* ``$OFFLOAD_CUDA_FLAGS`` (``[]``): driver flags of every CUDA compile. With Clang 19 the tool adds
+  ``-nocudainc -nocudalib`` (it cannot parse CUDA 13's headers) unless these flags choose; the CUDA
+  installation is the toolchain's (``$CUDA_PATH``, default ``/usr/local/cuda``), given to the driver as
+  ``--cuda-path``.
+* ``$OFFLOAD_CUDA_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_CUDA_DEFAULT_CUID``).
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import SCons.Builder
+import SCons.Errors
+import SCons.Subst
+import SCons.Tool
+
+from offload_builders.cuda_phases import (
+    CUDA_SUFFIXES,
+    CudaDeviceSteps,
+    CudaHostSteps,
+    CudaPhaseModel,
+    default_flags,
+    fatbin_order,
+    fatbinary_command,
+)
+from offload_builders.errors import OffloadError
+from offload_builders.phase_table import CUDA, Phase, node_name
+from offload_builders.scons import hip
+from offload_builders.scons.common import (
+    CLEAN_LEFTOVERS,
+    Renderer,
+    compile_flags,
+    mark_model,
+    model_targets_for,
+    partial_path,
+    phase_action,
+    probe_cache_for,
+    rdc_selected,
+    set_default,
+    target_flags,
+    toolchain_exists,
+    toolchain_for,
+    user_error,
+)
+from offload_builders.targets import TargetID, parse_target_id
+
+_DEFAULTS: dict[str, Any] = {
+    "OFFLOAD_CUDA_FLAGS": [],
+    "OFFLOAD_CUDA_CUID": "$_OFFLOAD_CUDA_DEFAULT_CUID",
+}
+
+#: The fat binary's command of CUDA nodes while ``$OFFLOAD_BUNDLECOM`` is HIP's in-process bundle writer.
+FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
+
+_CUID_RE = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _default_cuid_var(target, source, env, for_signature) -> str:
+    """``$_OFFLOAD_CUDA_DEFAULT_CUID``: the default CUID of the (original) source's path."""
+    return hip.default_cuid(source[0].srcnode().get_path(env.Dir("#")))
+
+
+def _cuid(env, source) -> str:
+    value = env.subst("$OFFLOAD_CUDA_CUID", source=source)
+    if not _CUID_RE.fullmatch(value):
+        raise SCons.Errors.UserError(f"OFFLOAD_CUDA_CUID for {source[0]}: {value!r} is not a CUID; use letters,"
+                                     " digits and '_' only")
+    return value
+
+
+def _model(env) -> CudaPhaseModel:
+    return CudaPhaseModel(toolchain_for(env), env.Dir("#").abspath, probe_cache_for(env))
+
+
+def _flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
+    """The flags of a CUDA compile of ``source``: the C++ ones, ``$OFFLOAD_CUDA_FLAGS``, the tool's defaults."""
+    flags = compile_flags(env, target, source, for_signature, "c++")
+    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+    flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_CUDA_FLAGS", mode, target=target,
+                                                        source=source)[0])
+    if rdc_selected(env):
+        flags += ("-fgpu-rdc",)  # rejected by the model, with one clear error
+    return flags + default_flags(toolchain_for(env), flags)
+
+
+def _original(env, source) -> list:
+    original = env.get("_OFFLOAD_ORIGINAL_SOURCE")
+    return [original] if original is not None else [source[0]]
+
+
+def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> CudaDeviceSteps:
+    tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags = _flags(env, target, source, for_signature) + tuple(target_flags(env, tid))
+    return _model(env).device_steps(tid, flags)
+
+
+def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
+    return _model(env).host_steps(_flags(env, target, source, for_signature))
+
+
+@Renderer
+def _device_cc1(target, source, env, for_signature):
+    steps = _device_steps(env, target, source, for_signature)
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                output=partial_path(env, target[0]), cuid=_cuid(env, source))
+
+
+@Renderer
+def _assemble_cmd(target, source, env, for_signature):
+    steps = _device_steps(env, target, _original(env, source), for_signature)
+    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+
+
+@Renderer
+def _fatbinary_cmd(target, source, env, for_signature):
+    """The sources are each target's (PTX, cubin) pair, in fat-binary order."""
+    original = _original(env, source)
+    tids = [parse_target_id(text) for text in env["_OFFLOAD_BUNDLE_TARGETS"]]
+    pairs = list(zip(source[0::2], source[1::2]))
+    images = [(_device_steps(env, target, original, for_signature, tid), str(ptx), str(cubin))
+              for tid, (ptx, cubin) in zip(tids, pairs)]
+    return fatbinary_command(_host_steps(env, target, original, for_signature), images,
+                             partial_path(env, target[0]))
+
+
+@Renderer
+def _host_cc1(target, source, env, for_signature):
+    device_side = getattr(target[0].attributes, "offload_inputs", None)
+    if device_side is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    steps = _host_steps(env, target, source, for_signature)
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                output=partial_path(env, target[0]), fatbin=str(device_side[0]),
+                                cuid=_cuid(env, source))
+
+
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+                                        single_source=True, emitter=CLEAN_LEFTOVERS)
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
+_FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"), emitter=CLEAN_LEFTOVERS)
+
+
+def _object_emitter(target, source, env):
+    """Expand one object into per-target device compiles and ptxas, the fat binary and the host compile."""
+    if len(source) != 1:
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
+                                     f" for {target[0]}")
+    obj, src = target[0], source[0]
+    targets = fatbin_order(model_targets_for(env, src, CUDA))  # the NVPTX targets of $OFFLOAD_ARCHS
+    stem = os.path.splitext(obj.name)[0]
+    directory = obj.dir
+    try:
+        toolchain_for(env).cuda_tool("ptxas")
+        toolchain_for(env).cuda_tool("fatbinary")
+        _host_steps(env, [obj], [src], False)  # probe now, so a rejected configuration stops before any compile
+        plans = {tid: _device_steps(env, [obj], [src], False, tid) for tid in targets}
+        _cuid(env, [src])
+    except OffloadError as error:
+        raise user_error(OffloadError(f"{src}: {error}")) from None
+
+    images, made = [], []
+    for tid, steps in plans.items():
+        ptx_name = node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
+        ptx = _DEVICE_BUILDER(env, [directory.File(ptx_name)], [src], OFFLOAD_TARGET=str(tid))
+        cubin = _ASSEMBLE_BUILDER(env, [directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem,
+                                                                 target=tid.file_token))],
+                                  ptx, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+        made += [*ptx, *cubin]
+        images += [ptx[0], cubin[0]]
+    overrides = {"OFFLOAD_BUNDLECOM": FATBINARY_COM} if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {}
+    fatbin = _FATBIN_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, CUDA, stem=stem))], images,
+                             _OFFLOAD_BUNDLE_TARGETS=tuple(str(tid) for tid in plans), _OFFLOAD_ORIGINAL_SOURCE=src,
+                             **overrides)
+    mark_model([obj, *made, *fatbin], CUDA)
+    obj.attributes.offload_inputs = (fatbin[0],)
+    env.Depends(obj, fatbin)
+    return target, source
+
+
+#: This model's renderers of the command variables the models share.
+RENDERERS: dict[str, Renderer] = {
+    "_OFFLOAD_HOST_CC1": _host_cc1,
+    "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_ASSEMBLE_CMD": _assemble_cmd,
+}
+
+#: The action of an object this model makes from a source: the host compile.
+OBJECT_ACTION = phase_action("HOST")
+
+#: The object emitter, for the ``offload`` tool's per-suffix registration.
+object_emitter = _object_emitter
+
+
+def generate_objects(env) -> None:
+    """What every environment needs to compile CUDA sources, whatever its ``$OFFLOAD_MODEL``."""
+    for key, value in _DEFAULTS.items():
+        set_default(env, key, value)
+    env["_OFFLOAD_CUDA_DEFAULT_CUID"] = _default_cuid_var
+    env["_OFFLOAD_FATBINARY_CMD"] = _fatbinary_cmd
+    for suffix in CUDA_SUFFIXES:  # header dependencies of .cu sources, as for C++
+        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
+
+
+def exists(env) -> bool:
+    return toolchain_exists(env)
+
+
+__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "exists", "generate_objects", "object_emitter"]
