@@ -1,10 +1,15 @@
 """The CUDA phase model: Clang's CUDA compile of one source, split into one command per phase.
 
-For a source S and NVPTX target IDs T, ``clang++ -x cuda --cuda-gpu-arch=... -c S`` runs, in one process
-(non-RDC mode, the only one built so far), per target ID a device ``-cc1 -S -fcuda-is-device`` (S -> PTX)
-and ``ptxas`` (PTX -> cubin); then the toolkit's ``fatbinary`` (every cubin, and with Clang 19 every PTX,
--> the fat binary); then the host ``-cc1`` with ``-fcuda-include-gpubinary <fatbin>`` (S -> the object,
-fat binary in ``.nv_fatbin``).
+For a source S and NVPTX target IDs T, ``clang++ -x cuda --cuda-gpu-arch=... -c S`` runs, in one process:
+
+* default (non-RDC) mode, per target ID a device ``-cc1 -S -fcuda-is-device`` (S -> PTX) and ``ptxas``
+  (PTX -> cubin); then the toolkit's ``fatbinary`` (every cubin, and with Clang 19 every PTX, -> the fat
+  binary); then the host ``-cc1`` with ``-fcuda-include-gpubinary <fatbin>`` (S -> the object, fat binary
+  in ``.nv_fatbin``);
+* relocatable-device-code mode (``-fgpu-rdc --offload-new-driver``), per target ID the device compile and
+  ``ptxas -c`` (a relocatable cubin); then ``clang-offload-packager`` (kind ``cuda``); then the host
+  ``-cc1`` with ``-fembed-offload-object=<package>``. Device linking (nvlink) and registration happen at
+  link time.
 
 As for HIP (:mod:`offload_builders.hip_phases`), :class:`CudaPhaseModel` asks the driver (``clang++ -###
 -x cuda --cuda-gpu-arch=<one target> -cuid=<probe> --cuda-path=<CUDA_PATH> -c``) once per configuration
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from offload_builders.driver import (
     CommandTemplate,
     Slot,
+    image_spec,
     is_cc1,
     job_template,
     probe as driver_probe,
@@ -38,7 +44,7 @@ from offload_builders.driver import (
     value_after,
 )
 from offload_builders.errors import ToolchainError
-from offload_builders.hip_phases import PROBE_CUID, is_rdc
+from offload_builders.hip_phases import PROBE_CUID, RDC_FLAGS, is_rdc
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
@@ -71,9 +77,6 @@ def check_flags(flags: Iterable[str]) -> None:
         raise ToolchainError(
             f"CUDA compile flags must not contain {' '.join(bad)}: targets come from $OFFLOAD_ARCHS, the CUID"
             " from $OFFLOAD_CUDA_CUID, the CUDA installation from $CUDA_PATH, and each phase is its own build node")
-    if is_rdc(flags):
-        raise ToolchainError("CUDA relocatable device code (-fgpu-rdc, $OFFLOAD_RDC) is not built yet; compile"
-                             " CUDA sources without it")
 
 
 def check_targets(targets: Iterable[TargetID]) -> None:
@@ -108,19 +111,20 @@ class CudaDeviceSteps:
     """Everything one target contributes to one source's object."""
 
     target: TargetID
-    compile: CommandTemplate        # slots: source, main_file_name, output, cuid
+    compile: CommandTemplate        # slots: source, main_file_name, output, and cuid (non-RDC)
     compile_suffix: str             # ".s" (PTX)
-    assemble: CommandTemplate       # ptxas; slots: input, output
-    images: tuple[FatbinImage, ...]
+    assemble: CommandTemplate       # ptxas (RDC: -c); slots: input, output
+    images: tuple[FatbinImage, ...]  # non-RDC: what the fat binary holds; RDC: ()
+    image_spec: tuple[str, ...] | None = None  # RDC: the packager's key=value pairs except file=
 
 
 @dataclass(frozen=True)
 class CudaHostSteps:
-    """The host compile (slots: source, main_file_name, output, fatbin, cuid) and the fat binary's command
-    without its images (slot: output)."""
+    """The host compile (slots: source, main_file_name, output, and fatbin and cuid, or RDC: package) and,
+    non-RDC, the fat binary's command without its images (slot: output)."""
 
     compile: CommandTemplate
-    fatbinary: CommandTemplate
+    fatbinary: CommandTemplate | None
 
 
 def probe(driver: str, flags: tuple[str, ...], cwd: str,
@@ -153,8 +157,12 @@ class CudaPhaseModel:
     def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         check_targets([target])
         path = () if self.toolchain.cuda_path is None else (f"--cuda-path={self.toolchain.cuda_path}",)
-        return probe(self.driver, (*flags, *path, f"--cuda-gpu-arch={target}", f"-cuid={PROBE_CUID}"), self.cwd,
-                     self.cache)
+        if is_rdc(flags):
+            # The new driver does not forward -cuid (it warns it unused), so none is pinned there.
+            mode = (*path, *(f for f in RDC_FLAGS if f not in flags), f"--cuda-gpu-arch={target}")
+        else:
+            mode = (*path, f"--cuda-gpu-arch={target}", f"-cuid={PROBE_CUID}")
+        return probe(self.driver, (*flags, *mode), self.cwd, self.cache)
 
     def _fail(self, target: TargetID, what: str) -> ToolchainError:
         return ToolchainError(f"{self.driver} -### -x cuda --cuda-gpu-arch={target}: {what};"
@@ -169,13 +177,22 @@ class CudaPhaseModel:
         """Templates for one target's device compile and ptxas, and the images it puts in the fat binary."""
         check_flags(flags)
         jobs = self._jobs(target, flags)
+        rdc = is_rdc(flags)
         device = self._one(target, jobs, "device -cc1",
                            [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job])
-        if f"-cuid={PROBE_CUID}" not in device:
+        if not rdc and f"-cuid={PROBE_CUID}" not in device:
             raise self._fail(target, "the device job does not carry the pinned -cuid")
         ptx = value_after(device, "-o") or ""
         ptxas = self._one(target, jobs, "ptxas", [job for job in jobs if tool_name(job).startswith("ptxas")])
         cubin = value_after(ptxas, "--output-file") or ""
+        compile_template = job_template(device, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
+                                        prefix_slots={} if rdc else {"-cuid=": "cuid"})
+        assemble = job_template(ptxas, input_slot="input", input_value=ptx)
+        suffix = os.path.splitext(ptx)[1]
+        if rdc:
+            packager = self._one(target, jobs, "clang-offload-packager",
+                                 [job for job in jobs if tool_name(job).startswith("clang-offload-packager")])
+            return CudaDeviceSteps(target, compile_template, suffix, assemble, (), image_spec(packager))
         fatbinary = self._one(target, jobs, "fatbinary",
                               [job for job in jobs if tool_name(job).startswith("fatbinary")])
         images = []
@@ -189,10 +206,7 @@ class CudaPhaseModel:
             images.append(FatbinImage(kind, match["sm"]))
         if not images:
             raise self._fail(target, f"cannot read the images of {' '.join(fatbinary)}")
-        compile_template = job_template(device, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
-                                        prefix_slots={"-cuid=": "cuid"})
-        assemble = job_template(ptxas, input_slot="input", input_value=ptx)
-        return CudaDeviceSteps(target, compile_template, os.path.splitext(ptx)[1], assemble, tuple(images))
+        return CudaDeviceSteps(target, compile_template, suffix, assemble, tuple(images))
 
     def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
         """The host compile's template (independent of the targets) and the fat binary's command."""
@@ -201,6 +215,12 @@ class CudaPhaseModel:
         jobs = self._jobs(target, flags)
         host = self._one(target, jobs, "host -cc1",
                          [job for job in jobs if is_cc1(job) and "-fcuda-is-device" not in job])
+        if is_rdc(flags):
+            if not any(arg.startswith("-fembed-offload-object=") for arg in host):
+                raise self._fail(target, "the RDC host job does not embed an offload binary")
+            template = job_template(host, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
+                                    prefix_slots={"-fembed-offload-object=": "package"})
+            return CudaHostSteps(template, None)
         if "-fcuda-include-gpubinary" not in host or f"-cuid={PROBE_CUID}" not in host:
             raise self._fail(target, "the host job does not include a GPU binary with the pinned -cuid")
         compile_template = job_template(host, input_slot="source", prefix_slots={"-cuid=": "cuid"},
@@ -224,14 +244,26 @@ class CudaPhaseModel:
 def fatbinary_command(host: CudaHostSteps, images: Sequence[tuple[CudaDeviceSteps, str, str]],
                       output: str) -> list[str]:
     """The ``fatbinary`` call of one source: ``images`` as (steps, PTX path, cubin path) in fat-binary order."""
+    if host.fatbinary is None:
+        raise ValueError("RDC: no fat binary per source")
     argv = host.fatbinary.render(output=output)
     for steps, ptx, cubin in images:
         argv += [image.argument(cubin if image.kind == "elf" else ptx) for image in steps.images]
     return argv
 
 
+def package_command(toolchain: Toolchain, images: Sequence[tuple[CudaDeviceSteps, str]], output: str) -> list[str]:
+    """RDC: the packager call for one source, one ``--image`` (a relocatable cubin) per target in the order given."""
+    argv = [str(toolchain.tool("clang-offload-packager")), "-o", output]
+    for steps, path in images:
+        if steps.image_spec is None:
+            raise ValueError(f"{steps.target}: not an RDC device step")
+        argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
+    return argv
+
+
 __all__ = [
     "CUDA_LANGUAGE", "CUDA_SUFFIXES", "HOST_PROBE_TARGET", "RESERVED_FLAG_PREFIXES", "CudaDeviceSteps",
     "CudaHostSteps", "CudaPhaseModel", "FatbinImage", "check_flags", "check_targets", "default_flags",
-    "fatbin_order", "fatbinary_command", "probe",
+    "fatbin_order", "fatbinary_command", "package_command", "probe",
 ]
