@@ -1,6 +1,6 @@
 """The offload model of each source, the targets each model takes, and the relocatable-device-code switch.
 
-One project mixes models: ``.hip`` sources are HIP, ``.cu`` sources CUDA (not built yet), and C and C++
+One project mixes models: ``.hip`` sources are HIP, ``.cu`` sources CUDA, and C and C++
 sources take the model the build chooses (``$OFFLOAD_MODEL``, default OpenMP). One target list
 (``$OFFLOAD_ARCHS``) serves them all: each model compiles the targets it can (OpenMP every kind, HIP the
 AMDGPU ones, CUDA the NVPTX ones), and a source whose model gets none is an error naming it.
@@ -13,11 +13,9 @@ import os
 from collections.abc import Iterable, Mapping
 
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import HIP, OPENMP
+from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.phases import LANGUAGE_BY_SUFFIX
 from offload_builders.targets import TargetID
-
-CUDA = "cuda"
 
 #: Suffixes whose model the suffix decides, whatever ``$OFFLOAD_MODEL`` says.
 SUFFIX_MODELS: Mapping[str, str] = {".hip": HIP, ".cu": CUDA}
@@ -27,7 +25,7 @@ CHOSEN_MODEL_SUFFIXES: tuple[str, ...] = tuple(LANGUAGE_BY_SUFFIX)
 
 #: What ``$OFFLOAD_MODEL`` may name, and of those what builds today.
 CHOOSABLE_MODELS: tuple[str, ...] = (OPENMP, HIP, CUDA)
-BUILT_MODELS: tuple[str, ...] = (OPENMP, HIP)
+BUILT_MODELS: tuple[str, ...] = (OPENMP, HIP, CUDA)
 
 #: The target kinds (:attr:`TargetID.kind`) each model compiles for.
 TARGET_KINDS: Mapping[str, tuple[str, ...]] = {
@@ -47,19 +45,14 @@ class ModelError(OffloadError, ValueError):
 def check_chosen_model(chosen: str) -> str:
     """``$OFFLOAD_MODEL``'s value, checked."""
     if chosen not in CHOOSABLE_MODELS:
-        raise ModelError(f"OFFLOAD_MODEL: unknown offload model {chosen!r}; use 'openmp' or 'hip'")
+        raise ModelError(f"OFFLOAD_MODEL: unknown offload model {chosen!r}; use 'openmp', 'hip' or 'cuda'")
     return chosen
 
 
 def source_model(source: str, chosen: str) -> str:
     """The model that compiles ``source``: its suffix's (``.hip``, ``.cu``), else ``chosen``
-    (``$OFFLOAD_MODEL``). CUDA is not built yet: one error naming the source."""
-    model = SUFFIX_MODELS.get(os.path.splitext(source)[1]) or check_chosen_model(chosen)
-    if model not in BUILT_MODELS:
-        how = "its suffix .cu" if source.endswith(".cu") else f"OFFLOAD_MODEL={chosen!r}"
-        raise ModelError(f"{source}: CUDA sources are not supported yet ({how} selects the CUDA model); build it"
-                         " with nvcc or as HIP (a .hip source, or OFFLOAD_MODEL='hip')")
-    return model
+    (``$OFFLOAD_MODEL``)."""
+    return SUFFIX_MODELS.get(os.path.splitext(source)[1]) or check_chosen_model(chosen)
 
 
 def model_targets(model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:

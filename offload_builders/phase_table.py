@@ -46,6 +46,7 @@ class Default(enum.Enum):
 
 OPENMP = "openmp"
 HIP = "hip"
+CUDA = "cuda"
 MODELS: tuple[str, ...] = (OPENMP, HIP)
 
 #: The host link's default command line.
@@ -98,6 +99,14 @@ PHASES: tuple[PhaseRow, ...] = (
     PhaseRow(Phase.BUNDLE, (HIP,), "fat binary", "{stem}.hipfb", Scope.SOURCE, _C, _ACT, "offload_bundle"),
     PhaseRow(Phase.PACKAGE, (HIP,), "package", "{stem}.offload.pkg", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_PACKAGE_CMD"),
     PhaseRow(Phase.HOST, (HIP,), "host compile", "{stem}{obj}", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_HOST_CC1"),
+    # CUDA, per source: device compile (PTX), ptxas (cubin), the toolkit's fatbinary (or RDC: package), host compile.
+    PhaseRow(Phase.DEVICE, (CUDA,), "device compile", "{stem}.{target}.dev{suffix}", Scope.TARGET, _C, _CMD,
+             "$_OFFLOAD_DEVICE_CC1"),
+    PhaseRow(Phase.ASSEMBLE, (CUDA,), "assemble", "{stem}.{target}.cubin", Scope.TARGET, _C, _CMD,
+             "$_OFFLOAD_ASSEMBLE_CMD"),
+    PhaseRow(Phase.BUNDLE, (CUDA,), "fat binary", "{stem}.fatbin", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_FATBINARY_CMD"),
+    PhaseRow(Phase.PACKAGE, (CUDA,), "package", "{stem}.offload.pkg", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_PACKAGE_CMD"),
+    PhaseRow(Phase.HOST, (CUDA,), "host compile", "{stem}{obj}", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_HOST_CC1"),
     # Both models, the static library.
     PhaseRow(Phase.AR, MODELS, "archive", "{program}", Scope.PROGRAM, _L, _CMD,
              "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES"),

@@ -710,15 +710,26 @@ def compile_modules(modules: Sequence[ir.Module], host_triple: str) -> bytes:
     context = llvm.create_context()
     parsed = None
     blobs: list[tuple[str, bytes]] = []
-    for module in modules:
+    for index, module in enumerate(modules):
         detached = _detach_blobs(module)
         try:
             text = _codegen_text(module)
         finally:
             for value, init in detached:
                 _set_initializer(value, init)
-        blobs.extend((value.name, bytes(init.constant)) for value, init in detached)
         one = llvm.parse_assembly(text, context=context)
+        taken = {name for name, _ in blobs}
+        for value, init in detached:
+            name = value.name
+            if name in taken:
+                # Two kinds' internal globals of one name (CUDA's and HIP's ``.fatbin_image``): the IR linker
+                # would rename one where its bytes could not be found again, so name it here.
+                name = f"{name}.{index}"
+                found = [gv for gv in one.global_variables if gv.name == value.name]
+                if len(found) != 1:
+                    raise OffloadError(f"internal error: no single global {value.name!r} in a wrapper module")
+                found[0].name = name
+            blobs.append((name, bytes(init.constant)))
         if parsed is None:
             parsed = one
         else:

@@ -2,11 +2,12 @@
 
 * ``.hip`` sources are HIP and C++ sources OpenMP (``$OFFLOAD_MODEL``'s default), side by side in one
   ``Environment``: the HIP object carries a ``.hip_fatbin`` section, the OpenMP object an
-  ``.llvm.offloading`` section of OpenMP images; ``.cu`` sources are one clear error (CUDA comes later).
+  ``.llvm.offloading`` section of OpenMP images; ``.cu`` sources are CUDA (an ``.nv_fatbin`` section).
 * ``$OFFLOAD_MODEL`` is read per source: set after the tool loads, or per builder call, a ``.cpp`` source
   compiles as HIP (``-x hip``).
 * One target list: each model takes the targets of ``$OFFLOAD_ARCHS`` it can compile (OpenMP all, HIP
-  the AMDGPU ones), counted in DEVICE commands per source; a source whose model gets none is one error.
+  the AMDGPU ones, CUDA the NVPTX ones), counted in DEVICE commands per source; a source whose model gets
+  none is one error.
 * ``$OFFLOAD_RDC`` selects relocatable device code, ``$OFFLOAD_HIP_RDC`` is its alias, and the two
   disagreeing is an error.
 """
@@ -21,6 +22,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from offload_builders.formats.offload_binary import read_offload_binaries
+from test_cuda import CUDA_MIN_H, SCALE_CU
 from test_scons_tool import SCONS, Build as LabelledBuild
 
 pytestmark = pytest.mark.slow
@@ -34,6 +36,7 @@ SCONSTRUCT = textwrap.dedent("""
         toolpath=[offload_builders.scons.toolpath()],
         OFFLOAD_ARCHS=ARGUMENTS.get("archs", "x86_64,gfx90a"),
         OFFLOAD_FLAGS=["-O2"],
+        CPPPATH=["#"],
         # HIP without ROCm's headers and device libraries: sample_project/hip's declarations.
         OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc", "-I%(hip_include)s"],
         **({"OFFLOAD_MODEL": ARGUMENTS["load_model"]} if ARGUMENTS.get("load_model") else {}),
@@ -94,7 +97,8 @@ class Project:
         (root / "omp.cpp").write_text(OMP_CPP)
         for name in ("kern.hip", "late.cpp", "call.cpp", "other.hip"):
             (root / name).write_text(KERNEL)
-        (root / "nv.cu").write_text(KERNEL)
+        (root / "cuda_min.h").write_text(CUDA_MIN_H)
+        (root / "nv.cu").write_text(SCALE_CU)
 
     def scons(self, *args: str, check: bool = True) -> Build:
         done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True)
@@ -182,11 +186,16 @@ def test_a_source_whose_model_gets_no_target_is_one_error(project):
     assert build.commands == []
 
 
-def test_a_cuda_source_is_one_clear_error(project):
-    build = project.scons("sources=omp.cpp,nv.cu", check=False)
-    assert build.returncode != 0
-    assert "nv.cu: CUDA sources are not supported yet (its suffix .cu selects the CUDA model)" in build.output
-    assert "Traceback" not in build.output and build.commands == []
+def test_a_cuda_source_builds_beside_openmp_and_hip_sources(project, llvm19):
+    """x86_64,gfx90a,sm_80: the .cu source is CUDA and compiles for sm_80 only (PTX, ptxas, fat binary, host
+    compile); the OpenMP and HIP sources build as before, in the same environment."""
+    build = project.scons("sources=omp.cpp,kern.hip,nv.cu", "archs=x86_64,gfx90a,sm_80")
+    assert [target for phase, target in build.commands if phase in ("DEVICE", "ASSEMBLE") and "nv" in target] == [
+        "nv.sm_80.dev.s", "nv.sm_80.cubin"]
+    assert build.count("BUNDLE", "nv") == 1 and build.count("HOST", "nv") == 1 and build.count("EMBED", "nv") == 0
+    assert build.count("DEVICE", "omp") == 3 and build.count("DEVICE", "kern") == 1
+    sections = _section_names(llvm19, project.root / "nv.o")
+    assert ".nv_fatbin" in sections and ".hip_fatbin" not in sections and ".llvm.offloading" not in sections
 
 
 @pytest.mark.parametrize("how", ["late=hip", "per_call=late.cpp"])

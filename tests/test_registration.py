@@ -720,3 +720,13 @@ def test_modules_are_independent() -> None:
     second = reg.openmp_module([], llvm_version=22)
     assert canonical_ir(str(first)) != canonical_ir(str(second))
     assert canonical_ir(str(reg.openmp_module([]))) == canonical_ir(str(first))
+
+
+def test_cuda_and_hip_registrations_in_one_object_keep_their_fat_binaries() -> None:
+    """wrap_kinds with CUDA and HIP: both modules have an internal ``.fatbin_image``; each kind's bytes land in
+    its own section (the IR linker would rename one where the bytes could not be placed)."""
+    cuda_fatbin = reg.NV_FATBIN_MAGIC + os.urandom(4093)
+    hip_fatbin = reg.hip_fatbinary([("gfx90a", os.urandom(3000))])
+    obj = reg.wrap_kinds([("openmp", []), ("cuda", cuda_fatbin), ("hip", hip_fatbin)])
+    assert section_data(obj, ".nv_fatbin") == cuda_fatbin
+    assert section_data(obj, ".hip_fatbin") == hip_fatbin

@@ -53,6 +53,13 @@ def test_scons_builds_and_runs_the_sample(sample):
     mixed = (sample / "build" / "mixed" / "mixed.run.log").read_text()
     assert "OpenMP target regions ran on an offload device: yes" in mixed
     assert "HIP kernels each registered once and launched once: yes" in mixed and mixed.endswith("PASSED\n")
+    # OpenMP, HIP and CUDA (sample_project/cuda), plain and relocatable device code, from one environment: the
+    # CUDA stub saw the plain object's fat binary and the program's (linked cubins), each kernel once.
+    hetero = (sample / "build" / "cuda" / "hetero.run.log").read_text()
+    assert "OpenMP target regions ran on an offload device: yes" in hetero
+    assert "HIP kernels each registered once and launched once: yes" in hetero
+    assert "CUDA fat binaries registered: 2" in hetero
+    assert "CUDA kernels each registered once and launched once: yes" in hetero and hetero.endswith("PASSED\n")
     assert "is up to date" in _scons(sample)
 
 

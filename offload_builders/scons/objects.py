@@ -2,11 +2,11 @@
 
 The builder is a composite one, as SCons' own object builders are (``SCons/Tool/FortranCommon.py`` adds an
 action and an emitter per suffix): ``.hip`` sources get the HIP model's action and emitter, ``.cu``
-sources one clear error (CUDA is not built yet), and each C and C++ suffix an action and emitter that
+sources the CUDA model's, and each C and C++ suffix an action and emitter that
 follow ``$OFFLOAD_MODEL`` (see :mod:`offload_builders.models`). The emitter reads it from the builder
 call's environment, so it may be set after the tool loads or per call
 (``env.OffloadObject('k.cpp', OFFLOAD_MODEL='hip')``), and records the model on every node it makes. The
-command variables both models use (``$_OFFLOAD_HOST_CC1``, ...) are :class:`~offload_builders.scons.common.
+command variables the models share (``$_OFFLOAD_HOST_CC1``, ...) are :class:`~offload_builders.scons.common.
 ModelRenderer` objects that render each node with its own model's renderer.
 """
 from __future__ import annotations
@@ -18,13 +18,14 @@ import SCons.Tool
 
 from offload_builders import models
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import HIP, OPENMP
-from offload_builders.scons import hip, openmp
+from offload_builders.phase_table import CUDA, HIP, OPENMP
+from offload_builders.scons import cuda, hip, openmp
 from offload_builders.scons.common import CLEAN_LEFTOVERS, ModelRenderer, device_link_cmd, node_model, user_error
 
 #: Each built model's object emitter and the action of the object it makes.
-_EMITTERS = {OPENMP: openmp.object_emitter, HIP: hip.object_emitter}
-_ACTIONS = {OPENMP: openmp.OBJECT_ACTION, HIP: hip.OBJECT_ACTION}
+_EMITTERS = {OPENMP: openmp.object_emitter, HIP: hip.object_emitter, CUDA: cuda.object_emitter}
+_ACTIONS = {OPENMP: openmp.OBJECT_ACTION, HIP: hip.OBJECT_ACTION, CUDA: cuda.OBJECT_ACTION}
+_RENDERERS = ((OPENMP, openmp.RENDERERS), (HIP, hip.RENDERERS), (CUDA, cuda.RENDERERS))
 
 
 def _source_model(env, source) -> str:
@@ -48,11 +49,6 @@ def _object_action(target, source, env, for_signature):
     return _ACTIONS[node_model(target) or _source_model(env, source)]
 
 
-def _cuda_not_built(target, source, env) -> int:
-    _source_model(env, source)  # raises, naming the source
-    return 1
-
-
 #: The per-suffix action of C and C++ sources: the model's, chosen per node.
 _CHOSEN_MODEL_ACTION = SCons.Action.CommandGeneratorAction(_object_action, {})
 
@@ -65,8 +61,7 @@ def object_builder():
     builder = SCons.Builder.Builder(action={}, emitter={}, suffix="$OBJSUFFIX",
                                     source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
     for suffix, model in models.SUFFIX_MODELS.items():
-        action = _ACTIONS.get(model) or SCons.Action.Action(_cuda_not_built, None)
-        builder.add_action(suffix, action)
+        builder.add_action(suffix, _ACTIONS[model])
         builder.add_emitter(suffix, _EMITTER)
     for suffix in models.CHOSEN_MODEL_SUFFIXES:
         builder.add_action(suffix, _CHOSEN_MODEL_ACTION)
@@ -78,9 +73,9 @@ def generate(env) -> None:
     """The object side of every model in ``env`` (called by the ``offload`` tool's generate): each model's
     variables, the shared command variables as :class:`ModelRenderer` objects, and ``OffloadObject``."""
     hip.generate_objects(env)
-    for name in sorted({*openmp.RENDERERS, *hip.RENDERERS}):
-        by_model = {model: table[name] for model, table in ((OPENMP, openmp.RENDERERS), (HIP, hip.RENDERERS))
-                    if name in table}
+    cuda.generate_objects(env)
+    for name in sorted({name for _, table in _RENDERERS for name in table}):
+        by_model = {model: table[name] for model, table in _RENDERERS if name in table}
         # A program's device links are no model's object nodes: the shared device link renders them.
         default = device_link_cmd if name == "_OFFLOAD_DEVICE_LINK_CMD" else None
         env[name] = ModelRenderer(name, by_model, default)

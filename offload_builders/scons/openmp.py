@@ -317,10 +317,11 @@ def check_deploy_devices(env) -> None:
 
 
 #: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
-#: ModelRenderer`); its own ones (``$_OFFLOAD_ASSEMBLE_CMD``, ``$_OFFLOAD_EMBED_CC1``) :func:`generate` sets.
+#: ModelRenderer`); its own one (``$_OFFLOAD_EMBED_CC1``) :func:`generate` sets.
 RENDERERS: dict[str, Renderer] = {
     "_OFFLOAD_HOST_CC1": _host_cc1,
     "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_ASSEMBLE_CMD": _assemble_cmd,  # ptxas, shared with CUDA
     "_OFFLOAD_PACKAGE_CMD": _package_cmd,
 }
 
@@ -332,6 +333,5 @@ def generate(env) -> None:
     """Give ``env`` this model's own renderers (``$_OFFLOAD_EMBED_CC1`` and friends) and its in-process
     default of ``$OFFLOAD_PACKAGECOM`` (called by the tool's ``generate``; the renderers both models share
     dispatch per node, see :class:`offload_builders.scons.common.ModelRenderer`)."""
-    env["_OFFLOAD_ASSEMBLE_CMD"] = _assemble_cmd
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
     set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager

@@ -9,14 +9,16 @@ group's one image registered once per offload kind present in it):
   kind-agnostic selection, :func:`offload_builders.linking.select_device_files`) and one device-link node;
 * one wrap node: at build time it reads each target's device input file for the offload kinds it holds
   (:func:`offload_builders.linking.device_input_kinds`) and writes one object with the registration of
-  each kind present, OpenMP's (``__tgt_register_lib`` over the images of the groups holding OpenMP code)
-  before HIP's (a fat binary of the images of the groups holding HIP code and ``__hipRegisterFatBinary``),
-  both priority-101 constructors, as the wrapper's two objects run in its link order;
+  each kind present, OpenMP's (``__tgt_register_lib`` over the images of the groups holding OpenMP code),
+  then CUDA's (CUDA 13's ``fatbinary`` of the linked cubins of the groups holding CUDA relocatable device
+  code, and ``__cudaRegisterFatBinary``), then HIP's (a fat binary of the images of the groups holding HIP
+  code and ``__hipRegisterFatBinary``), all priority-101 constructors, as the wrapper's objects run in its
+  link order;
 * the host link: the wrapper object first, the user's objects and libraries, and the runtime of each
   kind present (``$_OFFLOAD_HOST_RUNTIME``, read when the link runs: the environment's model's always,
   the other model's when an input carries its code).
 
-Plain (non-RDC) HIP objects register their own fat binary; they are host objects here, as for the wrapper.
+Plain (non-RDC) HIP and CUDA objects register their own fat binary; they are host objects here, as for the wrapper.
 The graph is fixed when the SConscripts are read; only the wrap node's contents and the runtime libraries
 depend on what the objects hold. The program's environment decides the nodes as before: with
 ``$OFFLOAD_MODEL='openmp'`` (the default) there is always the link side above, and the OpenMP device runtime
@@ -34,8 +36,8 @@ import SCons.Warnings
 
 from offload_builders import linking, registration
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import HIP, OPENMP
-from offload_builders.scons import hip, openmp
+from offload_builders.phase_table import CUDA, HIP, OPENMP
+from offload_builders.scons import cuda, hip, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     FUNCTION_PHASE_VARLIST,
@@ -104,6 +106,7 @@ def offload_wrap(target, source, env) -> int:
     model = _model(env)
     openmp_images: list[tuple[linking.GroupKey, str]] = []
     hip_images: list[tuple[str, str]] = []
+    cuda_images: list[tuple[str, str]] = []
     for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]):
         if os.path.getsize(str(node)) == 0:
             continue
@@ -112,11 +115,15 @@ def offload_wrap(target, source, env) -> int:
             openmp_images.append((linking.group_key(parse_target_id(tid_text)), str(node)))
         if HIP in kinds:
             hip_images.append((tid_text, str(node)))
+        if CUDA in kinds:
+            cuda_images.append((tid_text, str(node)))
     output = partial_path(env, target[0])
     try:
         payloads: list[tuple[str, object]] = []
-        if openmp_images or (model == OPENMP and not hip_images):
+        if openmp_images or (model == OPENMP and not hip_images and not cuda_images):
             payloads.append((registration.OPENMP, linking.openmp_image_binaries(openmp_images, major)))
+        if cuda_images:
+            payloads.append((registration.CUDA, cuda.program_fatbinary(env, sorted(cuda_images), output)))
         if hip_images:
             payloads.append((registration.HIP, hip.program_fatbinary(target, source, env, hip_images, output)))
         if payloads:

@@ -124,7 +124,7 @@ def generate(env, **kwargs: Any) -> None:
     env["_OFFLOAD_DEVICE_LINK_LEVEL"] = device_link_level
     openmp.generate(env)
     program.generate(env)
-    objects.generate(env)  # OffloadObject, per suffix: .hip is HIP, C and C++ take $OFFLOAD_MODEL
+    objects.generate(env)  # OffloadObject, per suffix: .hip is HIP, .cu CUDA, C and C++ take $OFFLOAD_MODEL
     env["_OFFLOAD_RPATH"] = rpath_flags
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")

@@ -1,0 +1,269 @@
+"""The CUDA phase model: Clang's CUDA compile of one source, split into one command per phase.
+
+For a source S and NVPTX target IDs T, ``clang++ -x cuda --cuda-gpu-arch=... -c S`` runs, in one process:
+
+* default (non-RDC) mode, per target ID a device ``-cc1 -S -fcuda-is-device`` (S -> PTX) and ``ptxas``
+  (PTX -> cubin); then the toolkit's ``fatbinary`` (every cubin, and with Clang 19 every PTX, -> the fat
+  binary); then the host ``-cc1`` with ``-fcuda-include-gpubinary <fatbin>`` (S -> the object, fat binary
+  in ``.nv_fatbin``);
+* relocatable-device-code mode (``-fgpu-rdc --offload-new-driver``), per target ID the device compile and
+  ``ptxas -c`` (a relocatable cubin); then ``clang-offload-packager`` (kind ``cuda``); then the host
+  ``-cc1`` with ``-fembed-offload-object=<package>``. Device linking (nvlink) and registration happen at
+  link time.
+
+As for HIP (:mod:`offload_builders.hip_phases`), :class:`CudaPhaseModel` asks the driver (``clang++ -###
+-x cuda --cuda-gpu-arch=<one target> -cuid=<probe> --cuda-path=<CUDA_PATH> -c``) once per configuration
+and turns its jobs into templates; with ``-cuid`` pinned, no job depends on the other targets. The
+``fatbinary`` job is not run as probed: its images are read per target and written in the syntax CUDA 13's
+``fatbinary`` takes (``--image3=kind=elf|ptx,sm=NN,file=...``): Clang 19 writes ``--image=profile=sm_80``,
+which CUDA 13 rejects (``Unknown option '-image'``), Clang 22 writes ``--image3`` itself. The images go in
+target-ID order as Clang's driver sorts them (its architecture set is ordered by name).
+
+One CUDA installation serves everything: the toolchain's (``$CUDA_PATH``, default ``/usr/local/cuda``) is
+where our checks look and what the driver gets (``--cuda-path``). Clang 19 cannot parse CUDA 13's headers
+(its wrapper includes ``texture_fetch_functions.h``, which CUDA 13 removed), so with Clang 19 the model adds
+``-nocudainc -nocudalib`` and a source declares what it uses (:func:`default_flags`).
+
+This module has no SCons imports.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from offload_builders.driver import (
+    CommandTemplate,
+    Slot,
+    image_spec,
+    is_cc1,
+    job_template,
+    probe as driver_probe,
+    tool_name,
+    value_after,
+)
+from offload_builders.errors import ToolchainError
+from offload_builders.hip_phases import PROBE_CUID, RDC_FLAGS, is_rdc
+from offload_builders.targets import TargetID
+from offload_builders.toolchain import ProbeCache, Toolchain
+
+#: The language every CUDA compile is told (``-x cuda``), and the source suffixes that select it.
+CUDA_LANGUAGE = "cuda"
+CUDA_SUFFIXES: tuple[str, ...] = (".cu",)
+
+#: The host compile does not depend on which targets are selected, so one fixed target serves its probe.
+HOST_PROBE_TARGET = TargetID("sm_80")
+
+#: Flags the user must not pass: the model selects targets, the CUID and the CUDA installation itself.
+RESERVED_FLAG_PREFIXES: tuple[str, ...] = ("--offload-arch=", "--cuda-gpu-arch=", "--no-offload-arch=",
+                                           "--no-cuda-gpu-arch=", "-cuid=", "-fuse-cuid=", "--cuda-path=",
+                                           "--offload-device-only", "--offload-host-only", "--cuda-device-only",
+                                           "--cuda-host-only")
+
+#: The last Clang major version that cannot parse CUDA 13's headers (and whose driver still probes fine).
+_LAST_WITHOUT_HEADERS = 19
+#: User flags that choose the headers or libdevice: with one of them the tool adds neither.
+_INCLUDE_CHOICES = ("-nocudainc", "-nocudalib", "-nogpuinc", "-nogpulib")
+
+_IMAGE_RE = re.compile(r"--image=profile=(?P<kind>sm|compute)_(?P<sm>\w+),file=(?P<file>.+)")
+_IMAGE3_RE = re.compile(r"--image3=kind=(?P<kind>elf|ptx),sm=(?P<sm>\w+),file=(?P<file>.+)")
+
+
+def check_flags(flags: Iterable[str]) -> None:
+    """Reject flags that would fight the per-node split (targets, CUID, installation, host/device-only)."""
+    bad = [flag for flag in flags if flag.startswith(RESERVED_FLAG_PREFIXES)]
+    if bad:
+        raise ToolchainError(
+            f"CUDA compile flags must not contain {' '.join(bad)}: targets come from $OFFLOAD_ARCHS, the CUID"
+            " from $OFFLOAD_CUDA_CUID, the CUDA installation from $CUDA_PATH, and each phase is its own build node")
+
+
+def check_targets(targets: Iterable[TargetID]) -> None:
+    """CUDA offloads to NVPTX processors only."""
+    others = [str(tid) for tid in targets if tid.kind != "nvptx"]
+    if others:
+        raise ToolchainError(f"CUDA offload targets must be NVPTX processors (e.g. sm_90), not {', '.join(others)}")
+
+
+def default_flags(toolchain: Toolchain, flags: Sequence[str]) -> tuple[str, ...]:
+    """What the tool adds to a CUDA compile's flags: with Clang 19 or older ``-nocudainc -nocudalib`` (it
+    cannot parse CUDA 13's headers), nothing where ``flags`` choose. (``--cuda-path`` the model adds itself.)"""
+    if toolchain.major <= _LAST_WITHOUT_HEADERS and not any(flag in _INCLUDE_CHOICES for flag in flags):
+        return ("-nocudainc", "-nocudalib")
+    return ()
+
+
+@dataclass(frozen=True)
+class FatbinImage:
+    """One image of one target in the fat binary: a cubin (``elf``) or the PTX it was assembled from."""
+
+    kind: str                       # "elf" or "ptx"
+    sm: str                         # "80", "90a"
+
+    def argument(self, path: str) -> str:
+        """The image in CUDA 13's ``fatbinary`` syntax."""
+        return f"--image3=kind={self.kind},sm={self.sm},file={path}"
+
+
+@dataclass(frozen=True)
+class CudaDeviceSteps:
+    """Everything one target contributes to one source's object."""
+
+    target: TargetID
+    compile: CommandTemplate        # slots: source, main_file_name, output, and cuid (non-RDC)
+    compile_suffix: str             # ".s" (PTX)
+    assemble: CommandTemplate       # ptxas (RDC: -c); slots: input, output
+    images: tuple[FatbinImage, ...]  # non-RDC: what the fat binary holds; RDC: ()
+    image_spec: tuple[str, ...] | None = None  # RDC: the packager's key=value pairs except file=
+
+
+@dataclass(frozen=True)
+class CudaHostSteps:
+    """The host compile (slots: source, main_file_name, output, and fatbin and cuid, or RDC: package) and,
+    non-RDC, the fat binary's command without its images (slot: output)."""
+
+    compile: CommandTemplate
+    fatbinary: CommandTemplate | None
+
+
+def probe(driver: str, flags: tuple[str, ...], cwd: str,
+           cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
+    """Run ``driver -### -x cuda <flags> -c`` on an empty probe source; return the jobs (memoized, cached)."""
+    return driver_probe(driver, CUDA_LANGUAGE, flags, cwd, cache, mode=("-x", CUDA_LANGUAGE), extension=".cu",
+                         what="CUDA")
+
+
+def fatbin_order(targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
+    """The order of the images in a source's fat binary: Clang's, by architecture name."""
+    return tuple(sorted(targets, key=str))
+
+
+class CudaPhaseModel:
+    """Per-phase CUDA command templates for one toolchain, derived from its driver and memoized.
+
+    ``flags`` are the user's driver flags plus :func:`default_flags`.
+    """
+
+    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str], cache: ProbeCache | None = None) -> None:
+        self.toolchain = toolchain
+        self.cwd = str(cwd)
+        self.cache = cache
+
+    @property
+    def driver(self) -> str:
+        return str(self.toolchain.clangxx)
+
+    def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        check_targets([target])
+        path = () if self.toolchain.cuda_path is None else (f"--cuda-path={self.toolchain.cuda_path}",)
+        if is_rdc(flags):
+            # The new driver does not forward -cuid (it warns it unused), so none is pinned there.
+            mode = (*path, *(f for f in RDC_FLAGS if f not in flags), f"--cuda-gpu-arch={target}")
+        else:
+            mode = (*path, f"--cuda-gpu-arch={target}", f"-cuid={PROBE_CUID}")
+        return probe(self.driver, (*flags, *mode), self.cwd, self.cache)
+
+    def _fail(self, target: TargetID, what: str) -> ToolchainError:
+        return ToolchainError(f"{self.driver} -### -x cuda --cuda-gpu-arch={target}: {what};"
+                              " is this Clang with NVPTX support and a CUDA toolkit in $CUDA_PATH?")
+
+    def _one(self, target: TargetID, jobs: Sequence[Sequence[str]], what: str, found: list) -> Sequence[str]:
+        if len(found) != 1:
+            raise self._fail(target, f"expected one {what} job, got {len(found)}")
+        return found[0]
+
+    def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> CudaDeviceSteps:
+        """Templates for one target's device compile and ptxas, and the images it puts in the fat binary."""
+        check_flags(flags)
+        jobs = self._jobs(target, flags)
+        rdc = is_rdc(flags)
+        device = self._one(target, jobs, "device -cc1",
+                           [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job])
+        if not rdc and f"-cuid={PROBE_CUID}" not in device:
+            raise self._fail(target, "the device job does not carry the pinned -cuid")
+        ptx = value_after(device, "-o") or ""
+        ptxas = self._one(target, jobs, "ptxas", [job for job in jobs if tool_name(job).startswith("ptxas")])
+        cubin = value_after(ptxas, "--output-file") or ""
+        compile_template = job_template(device, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
+                                        prefix_slots={} if rdc else {"-cuid=": "cuid"})
+        assemble = job_template(ptxas, input_slot="input", input_value=ptx)
+        suffix = os.path.splitext(ptx)[1]
+        if rdc:
+            packager = self._one(target, jobs, "clang-offload-packager",
+                                 [job for job in jobs if tool_name(job).startswith("clang-offload-packager")])
+            return CudaDeviceSteps(target, compile_template, suffix, assemble, (), image_spec(packager))
+        fatbinary = self._one(target, jobs, "fatbinary",
+                              [job for job in jobs if tool_name(job).startswith("fatbinary")])
+        images = []
+        for arg in fatbinary:
+            match = _IMAGE_RE.fullmatch(arg) or _IMAGE3_RE.fullmatch(arg)
+            if match is None:
+                continue
+            kind = {"sm": "elf", "compute": "ptx"}.get(match["kind"], match["kind"])
+            if match["file"] != (cubin if kind == "elf" else ptx):
+                raise self._fail(target, f"the fatbinary image {arg} is not this target's {kind}")
+            images.append(FatbinImage(kind, match["sm"]))
+        if not images:
+            raise self._fail(target, f"cannot read the images of {' '.join(fatbinary)}")
+        return CudaDeviceSteps(target, compile_template, suffix, assemble, tuple(images))
+
+    def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
+        """The host compile's template (independent of the targets) and the fat binary's command."""
+        check_flags(flags)
+        target = HOST_PROBE_TARGET
+        jobs = self._jobs(target, flags)
+        host = self._one(target, jobs, "host -cc1",
+                         [job for job in jobs if is_cc1(job) and "-fcuda-is-device" not in job])
+        if is_rdc(flags):
+            if not any(arg.startswith("-fembed-offload-object=") for arg in host):
+                raise self._fail(target, "the RDC host job does not embed an offload binary")
+            template = job_template(host, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
+                                    prefix_slots={"-fembed-offload-object=": "package"})
+            return CudaHostSteps(template, None)
+        if "-fcuda-include-gpubinary" not in host or f"-cuid={PROBE_CUID}" not in host:
+            raise self._fail(target, "the host job does not include a GPU binary with the pinned -cuid")
+        compile_template = job_template(host, input_slot="source", prefix_slots={"-cuid=": "cuid"},
+                                        value_slots={"-main-file-name": "main_file_name",
+                                                     "-fcuda-include-gpubinary": "fatbin"})
+        fatbinary = self._one(target, jobs, "fatbinary",
+                              [job for job in jobs if tool_name(job).startswith("fatbinary")])
+        argv: list[str | Slot] = []
+        skip = False
+        for arg in fatbinary:
+            if skip:
+                skip = False
+            elif arg == "--create":
+                argv += [arg, Slot("output")]
+                skip = True
+            elif not arg.startswith(("--image=", "--image3=")):
+                argv.append(arg)
+        return CudaHostSteps(compile_template, CommandTemplate(tuple(argv)))
+
+
+def fatbinary_command(host: CudaHostSteps, images: Sequence[tuple[CudaDeviceSteps, str, str]],
+                      output: str) -> list[str]:
+    """The ``fatbinary`` call of one source: ``images`` as (steps, PTX path, cubin path) in fat-binary order."""
+    if host.fatbinary is None:
+        raise ValueError("RDC: no fat binary per source")
+    argv = host.fatbinary.render(output=output)
+    for steps, ptx, cubin in images:
+        argv += [image.argument(cubin if image.kind == "elf" else ptx) for image in steps.images]
+    return argv
+
+
+def package_command(toolchain: Toolchain, images: Sequence[tuple[CudaDeviceSteps, str]], output: str) -> list[str]:
+    """RDC: the packager call for one source, one ``--image`` (a relocatable cubin) per target in the order given."""
+    argv = [str(toolchain.tool("clang-offload-packager")), "-o", output]
+    for steps, path in images:
+        if steps.image_spec is None:
+            raise ValueError(f"{steps.target}: not an RDC device step")
+        argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
+    return argv
+
+
+__all__ = [
+    "CUDA_LANGUAGE", "CUDA_SUFFIXES", "HOST_PROBE_TARGET", "RESERVED_FLAG_PREFIXES", "CudaDeviceSteps",
+    "CudaHostSteps", "CudaPhaseModel", "FatbinImage", "check_flags", "check_targets", "default_flags",
+    "fatbin_order", "fatbinary_command", "package_command", "probe",
+]

@@ -1,0 +1,284 @@
+"""The CUDA model of the ``offload`` SCons tool: ``.cu`` sources, and C/C++ ones where ``$OFFLOAD_MODEL`` is ``'cuda'``.
+
+``OffloadObject`` expands one ``.cu`` source into build nodes that mirror what ``clang++ -x cuda
+--cuda-gpu-arch=... -c`` does in one process (see :mod:`offload_builders.cuda_phases`), for the NVPTX target
+IDs of ``$OFFLOAD_ARCHS``:
+
+* per target ID a device compile to PTX (``<stem>.<target>.dev.s``) and ``ptxas`` (``<stem>.<target>.cubin``);
+* the fat binary (``<stem>.fatbin``), written by the toolkit's ``fatbinary`` in CUDA 13's ``--image3``
+  syntax (``$OFFLOAD_BUNDLECOM``; for CUDA nodes its default is ``$_OFFLOAD_FATBINARY_CMD``);
+* the host compile, which is the object itself and embeds the fat binary (``.nv_fatbin``) through
+  ``-fcuda-include-gpubinary``;
+* relocatable-device-code mode (``$OFFLOAD_RDC`` or ``-fgpu-rdc``; Clang's new offload driver): the same
+  device compiles and ``ptxas -c`` (relocatable cubins), one offload binary of kind ``cuda``
+  (``<stem>.offload.pkg``, ``$OFFLOAD_PACKAGECOM``), and the host compile embedding it as
+  ``.llvm.offloading``. ``OffloadProgram`` links them (:mod:`offload_builders.scons.program`): per target
+  extract and device link (nvlink, through ``clang --target=nvptx64-nvidia-cuda``), one fat binary of the
+  linked cubins (:func:`program_fatbinary`) registered by ``__cudaRegisterFatBinary`` in the wrap node.
+
+Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile).
+Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_CUDA_CUID``, default: the
+HIP model's :func:`~offload_builders.scons.hip.default_cuid` of the source's path). Objects register their
+own fat binary (``__cudaRegisterFatBinary``) and link as plain host objects with the CUDA runtime
+(``libcudart``) or one of the project's; the tool adds no CUDA runtime to a link.
+
+Variables, set only where the user has not:
+
+* ``$OFFLOAD_CUDA_FLAGS`` (``[]``): driver flags of every CUDA compile. With Clang 19 the tool adds
+  ``-nocudainc -nocudalib`` (it cannot parse CUDA 13's headers) unless these flags choose; the CUDA
+  installation is the toolchain's (``$CUDA_PATH``, default ``/usr/local/cuda``), given to the driver as
+  ``--cuda-path``.
+* ``$OFFLOAD_CUDA_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_CUDA_DEFAULT_CUID``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any
+
+import SCons.Builder
+import SCons.Errors
+import SCons.Subst
+import SCons.Tool
+
+from offload_builders import registration
+from offload_builders.cuda_phases import (
+    CUDA_SUFFIXES,
+    CudaDeviceSteps,
+    CudaHostSteps,
+    CudaPhaseModel,
+    default_flags,
+    fatbin_order,
+    fatbinary_command,
+    package_command,
+)
+from offload_builders.errors import OffloadError
+from offload_builders.hip_phases import is_rdc
+from offload_builders.phase_table import CUDA, Phase, node_name
+from offload_builders.scons import hip, openmp
+from offload_builders.scons.common import (
+    CLEAN_LEFTOVERS,
+    Renderer,
+    compile_flags,
+    mark_model,
+    model_targets_for,
+    partial_path,
+    phase_action,
+    probe_cache_for,
+    rdc_selected,
+    set_default,
+    target_flags,
+    toolchain_exists,
+    toolchain_for,
+    user_error,
+)
+from offload_builders.targets import TargetID, parse_target_id
+
+_DEFAULTS: dict[str, Any] = {
+    "OFFLOAD_CUDA_FLAGS": [],
+    "OFFLOAD_CUDA_CUID": "$_OFFLOAD_CUDA_DEFAULT_CUID",
+}
+
+#: The fat binary's command of CUDA nodes while ``$OFFLOAD_BUNDLECOM`` is HIP's in-process bundle writer.
+FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
+
+_CUID_RE = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _default_cuid_var(target, source, env, for_signature) -> str:
+    """``$_OFFLOAD_CUDA_DEFAULT_CUID``: the default CUID of the (original) source's path."""
+    return hip.default_cuid(source[0].srcnode().get_path(env.Dir("#")))
+
+
+def _cuid(env, source) -> str:
+    value = env.subst("$OFFLOAD_CUDA_CUID", source=source)
+    if not _CUID_RE.fullmatch(value):
+        raise SCons.Errors.UserError(f"OFFLOAD_CUDA_CUID for {source[0]}: {value!r} is not a CUID; use letters,"
+                                     " digits and '_' only")
+    return value
+
+
+def _model(env) -> CudaPhaseModel:
+    return CudaPhaseModel(toolchain_for(env), env.Dir("#").abspath, probe_cache_for(env))
+
+
+def _flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
+    """The flags of a CUDA compile of ``source``: the C++ ones, ``$OFFLOAD_CUDA_FLAGS``, the tool's defaults."""
+    flags = compile_flags(env, target, source, for_signature, "c++")
+    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
+    flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_CUDA_FLAGS", mode, target=target,
+                                                        source=source)[0])
+    if rdc_selected(env) and not is_rdc(flags):
+        flags += ("-fgpu-rdc",)
+    return flags + default_flags(toolchain_for(env), flags)
+
+
+def _original(env, source) -> list:
+    original = env.get("_OFFLOAD_ORIGINAL_SOURCE")
+    return [original] if original is not None else [source[0]]
+
+
+def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> CudaDeviceSteps:
+    tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags = _flags(env, target, source, for_signature) + tuple(target_flags(env, tid))
+    return _model(env).device_steps(tid, flags)
+
+
+def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
+    return _model(env).host_steps(_flags(env, target, source, for_signature))
+
+
+@Renderer
+def _device_cc1(target, source, env, for_signature):
+    steps = _device_steps(env, target, source, for_signature)
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                output=partial_path(env, target[0]), **_cuid_value(steps.compile, env, source))
+
+
+@Renderer
+def _assemble_cmd(target, source, env, for_signature):
+    steps = _device_steps(env, target, _original(env, source), for_signature)
+    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+
+
+@Renderer
+def _fatbinary_cmd(target, source, env, for_signature):
+    """The sources are each target's (PTX, cubin) pair, in fat-binary order."""
+    original = _original(env, source)
+    tids = [parse_target_id(text) for text in env["_OFFLOAD_BUNDLE_TARGETS"]]
+    pairs = list(zip(source[0::2], source[1::2]))
+    images = [(_device_steps(env, target, original, for_signature, tid), str(ptx), str(cubin))
+              for tid, (ptx, cubin) in zip(tids, pairs)]
+    return fatbinary_command(_host_steps(env, target, original, for_signature), images,
+                             partial_path(env, target[0]))
+
+
+@Renderer
+def _package_cmd(target, source, env, for_signature):
+    """RDC: the sources are each target's relocatable cubin, in target order."""
+    original = _original(env, source)
+    images = [(_device_steps(env, target, original, for_signature, parse_target_id(text)), str(node))
+              for node, text in zip(source, env["_OFFLOAD_BUNDLE_TARGETS"])]
+    return package_command(toolchain_for(env), images, partial_path(env, target[0]))
+
+
+@Renderer
+def _host_cc1(target, source, env, for_signature):
+    """The object's source is the ``.cu`` file; the emitter recorded its fat binary or package."""
+    device_side = getattr(target[0].attributes, "offload_inputs", None)
+    if device_side is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    steps = _host_steps(env, target, source, for_signature)
+    slot = "fatbin" if steps.fatbinary is not None else "package"
+    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
+                                output=partial_path(env, target[0]), **{slot: str(device_side[0])},
+                                **_cuid_value(steps.compile, env, source))
+
+
+def _cuid_value(template, env, source) -> dict[str, str]:
+    return {"cuid": _cuid(env, source)} if "cuid" in template.slots else {}
+
+
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+                                        single_source=True, emitter=CLEAN_LEFTOVERS)
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
+_FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"), emitter=CLEAN_LEFTOVERS)
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"), emitter=CLEAN_LEFTOVERS)
+
+
+def _object_emitter(target, source, env):
+    """Expand one object into per-target device compiles and ptxas, the fat binary and the host compile."""
+    if len(source) != 1:
+        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
+                                     f" for {target[0]}")
+    obj, src = target[0], source[0]
+    targets = fatbin_order(model_targets_for(env, src, CUDA))  # the NVPTX targets of $OFFLOAD_ARCHS
+    stem = os.path.splitext(obj.name)[0]
+    directory = obj.dir
+    try:
+        toolchain_for(env).cuda_tool("ptxas")
+        toolchain_for(env).cuda_tool("fatbinary")
+        host = _host_steps(env, [obj], [src], False)  # probe now: a rejected configuration stops before any compile
+        plans = {tid: _device_steps(env, [obj], [src], False, tid) for tid in targets}
+        _cuid(env, [src])
+    except OffloadError as error:
+        raise user_error(OffloadError(f"{src}: {error}")) from None
+
+    images, cubins, made = [], [], []
+    for tid, steps in plans.items():
+        ptx_name = node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
+        ptx = _DEVICE_BUILDER(env, [directory.File(ptx_name)], [src], OFFLOAD_TARGET=str(tid))
+        cubin = _ASSEMBLE_BUILDER(env, [directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem,
+                                                                 target=tid.file_token))],
+                                  ptx, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
+        made += [*ptx, *cubin]
+        images += [ptx[0], cubin[0]]
+        cubins.append(cubin[0])
+    order = tuple(str(tid) for tid in plans)
+    if host.fatbinary is None:
+        # OpenMP's in-process package writer reads OpenMP's variables: CUDA runs the packager.
+        packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}
+                    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS else {})
+        device_side = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, CUDA, stem=stem))], cubins,
+                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **packager)
+    else:
+        overrides = ({"OFFLOAD_BUNDLECOM": FATBINARY_COM}
+                     if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {})
+        device_side = _FATBIN_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, CUDA, stem=stem))], images,
+                                      _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
+    mark_model([obj, *made, *device_side], CUDA)
+    obj.attributes.offload_inputs = (device_side[0],)
+    env.Depends(obj, device_side)
+    return target, source
+
+
+def program_fatbinary(env, images: list[tuple[str, str]], output: str) -> bytes:
+    """The fat binary of a program's CUDA registration, ``images`` as ``(target ID, linked cubin)``: CUDA 13's
+    ``fatbinary --image3=kind=elf,sm=NN`` of each (Clang 19's linker wrapper writes ``--image=profile=``, which
+    CUDA 13 rejects), written next to ``output`` and returned."""
+    toolchain = toolchain_for(env)
+    fatbin = output + ".fatbin"
+    try:
+        argv = registration.cuda_fatbinary_command(str(toolchain.cuda_tool("fatbinary")), images, fatbin)
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise OffloadError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
+        with open(fatbin, "rb") as f:
+            return f.read()
+    finally:
+        if os.path.exists(fatbin):
+            os.unlink(fatbin)
+
+
+#: This model's renderers of the command variables the models share.
+RENDERERS: dict[str, Renderer] = {
+    "_OFFLOAD_HOST_CC1": _host_cc1,
+    "_OFFLOAD_DEVICE_CC1": _device_cc1,
+    "_OFFLOAD_ASSEMBLE_CMD": _assemble_cmd,
+    "_OFFLOAD_PACKAGE_CMD": _package_cmd,
+}
+
+#: The action of an object this model makes from a source: the host compile.
+OBJECT_ACTION = phase_action("HOST")
+
+#: The object emitter, for the ``offload`` tool's per-suffix registration.
+object_emitter = _object_emitter
+
+
+def generate_objects(env) -> None:
+    """What every environment needs to compile CUDA sources, whatever its ``$OFFLOAD_MODEL``."""
+    for key, value in _DEFAULTS.items():
+        set_default(env, key, value)
+    env["_OFFLOAD_CUDA_DEFAULT_CUID"] = _default_cuid_var
+    env["_OFFLOAD_FATBINARY_CMD"] = _fatbinary_cmd
+    for suffix in CUDA_SUFFIXES:  # header dependencies of .cu sources, as for C++
+        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
+
+
+def exists(env) -> bool:
+    return toolchain_exists(env)
+
+
+__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "exists", "generate_objects", "object_emitter",
+           "program_fatbinary"]
