@@ -33,7 +33,6 @@ Variables, set only where the user has not:
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from typing import Any
 
@@ -83,20 +82,13 @@ _DEFAULTS: dict[str, Any] = {
 #: The fat binary's command of CUDA nodes while ``$OFFLOAD_BUNDLECOM`` is HIP's in-process bundle writer.
 FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
 
-_CUID_RE = re.compile(r"[A-Za-z0-9_]+")
-
-
 def _default_cuid_var(target, source, env, for_signature) -> str:
     """``$_OFFLOAD_CUDA_DEFAULT_CUID``: the default CUID of the (original) source's path."""
     return hip.default_cuid(source[0].srcnode().get_path(env.Dir("#")))
 
 
 def _cuid(env, source) -> str:
-    value = env.subst("$OFFLOAD_CUDA_CUID", source=source)
-    if not _CUID_RE.fullmatch(value):
-        raise SCons.Errors.UserError(f"OFFLOAD_CUDA_CUID for {source[0]}: {value!r} is not a CUID; use letters,"
-                                     " digits and '_' only")
-    return value
+    return hip.source_cuid(env, source, "OFFLOAD_CUDA_CUID")
 
 
 def _model(env) -> CudaPhaseModel:

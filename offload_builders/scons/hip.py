@@ -63,9 +63,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import re
 from typing import Any
 
 import SCons.Action
@@ -89,7 +87,9 @@ from offload_builders.hip_phases import (
     HipDeviceSteps,
     HipHostSteps,
     HipPhaseModel,
+    check_cuid,
     check_targets,
+    default_cuid,
     default_flags,
     hip_runtime_library,
     is_rdc,
@@ -132,34 +132,23 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_DEVICELINKCOM": row(Phase.DEVICELINK, HIP).default,
 }
 
-#: A CUID becomes part of symbol names (``__hip_cuid_*``, RDC stubs): keep it to identifier characters.
-_CUID_RE = re.compile(r"[A-Za-z0-9_]+")
-
-
-def default_cuid(path: str) -> str:
-    """The default CUID of a source: the first 16 hex digits of the MD5 of its path.
-
-    ``path`` is the source's path relative to the top directory (the SConstruct's), with ``/``
-    separators, so the value is the same on every machine and for every build directory, and it changes
-    only when the source moves. Deterministic by design: the driver's own default hashes the command
-    line, which would make each target's device compile depend on all the others.
-    """
-    return hashlib.md5(path.replace(os.sep, "/").encode()).hexdigest()[:16]
-
-
 def _default_cuid_var(target, source, env, for_signature) -> str:
     """``$_OFFLOAD_HIP_DEFAULT_CUID``: :func:`default_cuid` of the (original) source's path."""
     node = source[0].srcnode()
     return default_cuid(node.get_path(env.Dir("#")))
 
 
+def source_cuid(env, source, variable: str = "OFFLOAD_HIP_CUID") -> str:
+    """The CUID for ``source``: ``$<variable>`` substituted with that source, checked
+    (:func:`offload_builders.hip_phases.check_cuid`)."""
+    try:
+        return check_cuid(env.subst(f"${variable}", source=source))
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"{variable} for {source[0]}: {error}") from None
+
+
 def _cuid(env, source) -> str:
-    """The CUID for ``source``: ``$OFFLOAD_HIP_CUID`` substituted with that source, checked."""
-    value = env.subst("$OFFLOAD_HIP_CUID", source=source)
-    if not _CUID_RE.fullmatch(value):
-        raise SCons.Errors.UserError(f"OFFLOAD_HIP_CUID for {source[0]}: {value!r} is not a CUID; use letters,"
-                                     " digits and '_' only")
-    return value
+    return source_cuid(env, source)
 
 
 def _hip_model(env) -> HipPhaseModel:
@@ -638,4 +627,5 @@ def exists(env) -> bool:
 
 
 __all__ = ["check_device_linker", "check_program_targets", "check_runtime", "default_cuid", "exists", "generate",
-           "links_device_code", "offload_bundle", "program_fatbinary", "runtime_arguments", "wrap_signature"]
+           "links_device_code", "offload_bundle", "program_fatbinary", "runtime_arguments", "source_cuid",
+           "wrap_signature"]
