@@ -61,11 +61,13 @@ __all__ = [
     "check_deployment",
     "image_requirements",
     "judge",
+    "loads_module",
     "modules_in",
     "parse_capability",
     "parse_device",
     "select",
     "select_file",
+    "select_modules",
 ]
 
 SPIRV_TRIPLE = "spirv64-amd-amdhsa"
@@ -75,6 +77,14 @@ ALL_CODE_OBJECT_VERSIONS: frozenset[int] = frozenset({2, 3, 4, 5, 6})
 #: Offload kinds and the runtime that loads them (comgr accepts ``hip``, ``hipv4`` and ``hcc`` entries).
 RUNTIME_OF_KIND: dict[str, str] = {"hip": "hip", "hipv4": "hip", "hcc": "hip", "openmp": "openmp", "cuda": "cuda"}
 ALL_RUNTIMES: frozenset[str] = frozenset({"hip", "openmp", "cuda"})
+#: The devices each runtime loads images for: OpenMP's offload to any device; a HIP fat binary
+#: (``.hip_fatbin``) holds AMD code only (HIP on NVIDIA builds CUDA fat binaries), CUDA's NVIDIA code only.
+#: A mixed program's module of one runtime is not judged for the other vendor's devices.
+DEVICE_KINDS_OF_RUNTIME: dict[str, frozenset[str]] = {
+    "openmp": frozenset({"amdgpu", "nvptx", "host-cpu"}),
+    "hip": frozenset({"amdgpu"}),
+    "cuda": frozenset({"nvptx"}),
+}
 #: Tiers in the order a runtime tries them.
 NATIVE, GENERIC, JIT = "native", "generic", "jit"
 TIERS = (NATIVE, GENERIC, JIT)
@@ -571,12 +581,26 @@ class FileSelection:
                 "modules": [s.as_dict() for s in self.selections]}
 
 
+def loads_module(module: Module, device: Device) -> bool:
+    """Whether a runtime that registers ``module`` would offer it to ``device`` at all
+    (:data:`DEVICE_KINDS_OF_RUNTIME`): the CUDA runtime never looks into a HIP fat binary for an NVIDIA device,
+    nor the HIP runtime into a CUDA one. A module of unknown or no kind is judged as before."""
+    runtimes = {RUNTIME_OF_KIND.get(image.kind, image.kind) for image in module.images}
+    return not runtimes or any(device.target.kind in DEVICE_KINDS_OF_RUNTIME.get(runtime, {device.target.kind})
+                               for runtime in runtimes)
+
+
+def select_modules(modules: Sequence[Module], device: Device, path: str) -> FileSelection:
+    """:func:`select` for every module of ``modules`` that a runtime would offer ``device``
+    (:func:`loads_module`)."""
+    return FileSelection(path, device, [select(m, device) for m in modules if loads_module(m, device)])
+
+
 def select_file(path: str | os.PathLike[str], device: Device | str, *, llvm_version: int = 19) -> FileSelection:
-    """:func:`select` for every module of the file at ``path``."""
+    """:func:`select` for every module of the file at ``path`` that a runtime would offer ``device``."""
     if isinstance(device, str):
         device = parse_device(device)
-    modules = modules_in(path, llvm_version=llvm_version)
-    return FileSelection(os.fspath(path), device, [select(m, device) for m in modules])
+    return select_modules(modules_in(path, llvm_version=llvm_version), device, os.fspath(path))
 
 
 def check_deployment(path: str | os.PathLike[str], devices: Sequence[str | Device], *,
@@ -600,6 +624,5 @@ def check_deployment(path: str | os.PathLike[str], devices: Sequence[str | Devic
     modules = modules_in(path, llvm_version=llvm_version)
     problems: list[str] = []
     for device in parsed:
-        result = FileSelection(os.fspath(path), device, [select(m, device) for m in modules])
-        problems.extend(result.problems())
+        problems.extend(select_modules(modules, device, os.fspath(path)).problems())
     return problems

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
+from offload_builders.selection import check_deployment
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +62,27 @@ def test_scons_builds_and_runs_the_sample(sample):
     assert "CUDA fat binaries registered: 2" in hetero
     assert "CUDA kernels each registered once and launched once: yes" in hetero and hetero.endswith("PASSED\n")
     assert "is up to date" in _scons(sample)
+    # Each runtime offers its own modules: an NVIDIA device finds its images in the OpenMP and CUDA modules and
+    # is not judged on the HIP fat binaries (AMD code only), an AMD device the other way round.
+    program = sample / "build" / "cuda" / "hetero"
+    assert check_deployment(program, ["sm_80", "gfx90a", "x86_64"]) == []
+    missing = check_deployment(program, ["sm_90 no-ptx-jit"])
+    assert missing and all("hip_fatbin" not in line for line in missing), missing
+    select = subprocess.run([str(Path(sys.executable).with_name("offload-select")), "--device", "sm_80", "--device",
+                             "gfx90a", str(program)], capture_output=True, text=True)
+    assert select.returncode == 0, select.stdout + select.stderr
+    assert f"sm_80: {program}: section .nv_fatbin" in select.stdout
+    assert f"gfx90a: {program}: section .hip_fatbin" in select.stdout
+    # offload-inspect reads every CUDA output: a plain object, its fat binary, an RDC object, the program.
+    cuda = sample / "build" / "cuda"
+    inspect = subprocess.run([str(Path(sys.executable).with_name("offload-inspect")), str(cuda / "scale.o"),
+                              str(cuda / "scale.fatbin"), str(cuda / "offset.o"), str(program)],
+                             capture_output=True, text=True)
+    assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    assert f"{cuda / 'scale.o'}: section .nv_fatbin: nvidia fatbin 0" in inspect.stdout
+    assert f"{cuda / 'scale.fatbin'}: nvidia fatbin 0 at 0x0: kind=cuda" in inspect.stdout
+    assert f"{cuda / 'offset.o'}: section .llvm.offloading: offload binary 0 at 0x40: kind=cuda" in inspect.stdout
+    assert "entry: elf sm_80" in inspect.stdout and "entry: ptx compute_80" in inspect.stdout
 
 
 def test_gpu_targets_compile_and_link_next_to_x86_64(sample):

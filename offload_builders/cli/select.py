@@ -111,7 +111,7 @@ def _main(argv: Sequence[str]) -> int:
         raise _Fail(f"expected one input file, got {len(opts.files)}; try '{PROG} --help'")
     import os
 
-    from offload_builders.selection import FileSelection, modules_in, parse_device, select
+    from offload_builders.selection import modules_in, parse_device, select_modules
 
     devices = [parse_device(d, opts.caps) for d in opts.devices]
     path = opts.files[0]
@@ -128,7 +128,7 @@ def _main(argv: Sequence[str]) -> int:
         path = "<stdin>"
     else:
         modules = modules_in(path, llvm_version=opts.llvm_version)
-    results = [FileSelection(path, d, [select(m, d) for m in modules]) for d in devices]
+    results = [select_modules(modules, d, path) for d in devices]
     ok = all(r.ok for r in results)
     if opts.json:
         sys.stdout.write(json.dumps({"ok": ok, "results": [r.as_dict() for r in results]}, indent=2) + "\n")
