@@ -332,6 +332,21 @@ def _remove(path: str) -> None:
 
 # --- the phases --------------------------------------------------------------------------------------------
 
+def _compile_one_job(argv: Sequence[str], partial: str, output: str) -> list[str]:
+    """Run a one-job compile writing ``partial`` with its own dependency file, then commit it to ``output``
+    (no partial file left on failure); returns the files the compile read (the source, then its headers)."""
+    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+        headers_file = os.path.join(scratch, "deps.d")
+        try:
+            _run(_with_dependency_file(argv, headers_file, output))
+            read = _read_make_dependencies(headers_file)
+        except BaseException:
+            _remove(partial)
+            raise
+    _commit(partial, output)
+    return read
+
+
 def _host(opts: _Options) -> int:
     if opts.positional and is_hip(opts.positional[0]):
         return _hip_host(opts)
@@ -343,15 +358,7 @@ def _host(opts: _Options) -> int:
     steps = model.host_steps(language_of(source), opts.flags)
     partial = _partial(opts.output)
     argv = steps.frontend.render(source=source, main_file_name=os.path.basename(source), output=partial)
-    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
-        headers_file = os.path.join(scratch, "deps.d")
-        try:
-            _run(_with_dependency_file(argv, headers_file, opts.output))
-            read = _read_make_dependencies(headers_file)
-        except BaseException:
-            _remove(partial)
-            raise
-    _commit(partial, opts.output)
+    read = _compile_one_job(argv, partial, opts.output)
     # Every file whose inode names target regions in this bitcode (the source first, then its headers).
     _commit_text(opts.output + IDENTITY_SUFFIX, "".join(file_identity(path) + "\n" for path in read))
     _write_depfile(opts.depfile, opts.output, [*read, *_binaries(argv), *_compiler_files(model)])
@@ -590,15 +597,7 @@ def _hip_host(opts: _Options) -> int:
     partial = _partial(opts.output)
     argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=partial,
                                 fatbin=fatbin, cuid=cuid)
-    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
-        headers_file = os.path.join(scratch, "deps.d")
-        try:
-            _run(_with_dependency_file(argv, headers_file, opts.output))
-            read = _read_make_dependencies(headers_file)
-        except BaseException:
-            _remove(partial)
-            raise
-    _commit(partial, opts.output)
+    read = _compile_one_job(argv, partial, opts.output)
     _write_depfile(opts.depfile, opts.output, [*read, fatbin, *_binaries(argv), *_compiler_files(model)])
     return 0
 
