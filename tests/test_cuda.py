@@ -18,7 +18,7 @@ import pytest
 
 from offload_builders.formats.inspect import inspect_file
 from offload_builders.scons.hip import default_cuid
-from test_scons_tool import SCONS, Build
+from test_scons_tool import SCONS, Build, run_scons
 
 pytestmark = pytest.mark.slow
 
@@ -150,11 +150,7 @@ class Project:
             (root / name).write_text(text)
 
     def scons(self, *args: str, check: bool = True) -> Build:
-        done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True)
-        build = Build(done.returncode, done.stdout + done.stderr)
-        if check:
-            assert done.returncode == 0, build.output
-        return build
+        return run_scons(self.root, *args, check=check)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO_ROOT
 from offload_builders.formats.offload_binary import read_offload_binaries
 from test_cuda import CUDA_MIN_H, SCALE_CU
-from test_scons_tool import SCONS, Build as LabelledBuild
+from test_scons_tool import Build as LabelledBuild, run_scons
 
 pytestmark = pytest.mark.slow
 
@@ -101,11 +101,8 @@ class Project:
         (root / "nv.cu").write_text(SCALE_CU)
 
     def scons(self, *args: str, check: bool = True) -> Build:
-        done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True)
-        build = Build(done.returncode, done.stdout + done.stderr)
-        if check:
-            assert done.returncode == 0, build.output
-        return build
+        done = run_scons(self.root, *args, check=check)
+        return Build(done.returncode, done.output)
 
 
 @pytest.fixture

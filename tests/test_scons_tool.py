@@ -170,6 +170,16 @@ class Build:
         return [line for line in self.output.splitlines() if line.startswith("Retrieved")]
 
 
+def run_scons(root: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> Build:
+    """``scons -Q`` in ``root``; unless ``check`` is false, a failed build fails the test with its output."""
+    done = subprocess.run([SCONS, "-Q", *args], cwd=root, capture_output=True, text=True,
+                          env=env or os.environ.copy())
+    build = Build(done.returncode, done.stdout + done.stderr)
+    if check:
+        assert done.returncode == 0, build.output
+    return build
+
+
 class Project:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -183,12 +193,7 @@ class Project:
         (root / "include" / "scale.hpp").write_text("#define SCALE_ONE 1.0\n")
 
     def scons(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> Build:
-        done = subprocess.run([SCONS, "-Q", *args], cwd=self.root, capture_output=True, text=True,
-                              env=env or os.environ.copy())
-        build = Build(done.returncode, done.stdout + done.stderr)
-        if check:
-            assert done.returncode == 0, build.output
-        return build
+        return run_scons(self.root, *args, env=env, check=check)
 
     def run_program(self) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.root / "build" / "prog")], capture_output=True, text=True,
