@@ -54,6 +54,9 @@ from offload_builders.driver import (
     value_after,
 )
 from offload_builders.errors import ToolchainError
+from offload_builders.formats.bundle import bundle
+from offload_builders.formats.clang_zstd import compress_file
+from offload_builders.formats.compressed import CompressionOptions, Method
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
@@ -236,6 +239,38 @@ class FatbinSpec:
     host_input: str                 # "/dev/null"
     compress: bool                  # -compress (from --offload-compress)
     compression_level: int | None   # -compression-level=N (from --offload-compression-level=N)
+
+
+def fatbin_compression(spec: FatbinSpec, version: object = None, level: object = None) -> CompressionOptions | None:
+    """How a source's fat binary is compressed: ``version`` (2 or 3; None, ``''``, 0 or False: what the flags
+    asked the driver for, ``--offload-compress`` giving version 2 as in Clang 19) and ``level`` (None or
+    ``''``: the flags' ``--offload-compression-level``, else the bundler's default) over ``spec``. A bad
+    value is a ``ValueError`` or ``TypeError`` for the caller to word (``$OFFLOAD_HIP_COMPRESS``, ...)."""
+    if version in (None, "", 0, False):
+        if not spec.compress:
+            return None
+        version = 2
+    number = int(version)  # type: ignore[call-overload]
+    if number not in (2, 3):
+        raise ValueError(f"no compressed bundle format version {number} here")
+    chosen = spec.compression_level if level in (None, "") else int(level)  # type: ignore[call-overload]
+    return CompressionOptions(Method.ZSTD, chosen, number)
+
+
+def write_fatbin(spec: FatbinSpec, ids: Sequence[str], code_objects: Sequence[str], output: str,
+                 compression: CompressionOptions | None, *, llvm_version: int = 19) -> None:
+    """Write a source's fat binary as the driver's bundler job would: ``spec``'s host entry, then one entry
+    per code object (``ids`` holds the host ID first), aligned, ``CCOB``-compressed with Clang's zstd bytes
+    when ``compression`` says so. One writer for the SCons tool and ``offload-compile bundle``."""
+    plain = output + ".uncompressed"
+    try:
+        bundle([spec.host_input, *code_objects], list(ids), output if compression is None else plain,
+               file_type=spec.file_type, bundle_align=spec.alignment, llvm_version=llvm_version)
+        if compression is not None:
+            compress_file(plain, output, compression)
+    finally:
+        if os.path.exists(plain):
+            os.unlink(plain)
 
 
 @dataclass(frozen=True)
@@ -422,10 +457,12 @@ __all__ = [
     "default_cuid",
     "default_flags",
     "device_library_flags",
+    "fatbin_compression",
     "hip_installation",
     "hip_root_candidates",
     "hip_runtime_library",
     "include_flags",
     "is_rdc",
     "probe",
+    "write_fatbin",
 ]

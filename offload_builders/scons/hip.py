@@ -61,8 +61,6 @@ device libraries for a target are missing, and neither where the user's flags ch
 """
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 from typing import Any
 
@@ -76,8 +74,8 @@ import SCons.Warnings
 
 from offload_builders import registration
 from offload_builders.errors import OffloadError
-from offload_builders.formats.bundle import bundle
-from offload_builders.formats.compressed import CompressedWriter, CompressionOptions, Method
+from offload_builders.formats.clang_zstd import compress_file
+from offload_builders.formats.compressed import CompressionOptions
 from offload_builders.hip_phases import (
     HIP_RUNTIME_LIBRARY,
     HIP_SUFFIXES,
@@ -91,8 +89,10 @@ from offload_builders.hip_phases import (
     check_targets,
     default_cuid,
     default_flags,
+    fatbin_compression,
     hip_runtime_library,
     is_rdc,
+    write_fatbin,
 )
 from offload_builders.phase_table import HIP, Phase, node_name, row
 from offload_builders.scons import openmp
@@ -233,18 +233,8 @@ def _host_cc1(target, source, env, for_signature):
 
 def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
     """``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over what the flags asked the driver for (Clang 19: zstd, v2)."""
-    version = env.get("OFFLOAD_HIP_COMPRESS")
-    level = env.get("OFFLOAD_HIP_COMPRESSION_LEVEL")
-    if version in (None, "", 0, False):
-        if not spec.compress:
-            return None
-        version = 2
     try:
-        version = int(version)
-        if version not in (2, 3):
-            raise ValueError(f"no compressed bundle format version {version} here")
-        level = spec.compression_level if level in (None, "") else int(level)
-        return CompressionOptions(Method.ZSTD, level, version)
+        return fatbin_compression(spec, env.get("OFFLOAD_HIP_COMPRESS"), env.get("OFFLOAD_HIP_COMPRESSION_LEVEL"))
     except (TypeError, ValueError) as error:
         raise SCons.Errors.UserError(f"OFFLOAD_HIP_COMPRESS={env.get('OFFLOAD_HIP_COMPRESS')!r},"
                                      f" OFFLOAD_HIP_COMPRESSION_LEVEL={env.get('OFFLOAD_HIP_COMPRESSION_LEVEL')!r}:"
@@ -273,115 +263,17 @@ def _bundle_signature(target, source, env, for_signature) -> str:
     return f"type={spec.file_type} align={spec.alignment} ids={','.join(ids)} compress={packing}"
 
 
-class _ZstdBuffer(ctypes.Structure):
-    """``ZSTD_inBuffer`` / ``ZSTD_outBuffer``."""
-
-    _fields_ = [("data", ctypes.c_void_p), ("size", ctypes.c_size_t), ("pos", ctypes.c_size_t)]
-
-
-@functools.cache
-def _libzstd() -> ctypes.CDLL | None:
-    """The system libzstd, which Clang's libLLVM links (Debian: libzstd.so.1); None when absent."""
-    try:
-        lib = ctypes.CDLL("libzstd.so.1")
-    except OSError:
-        return None
-    lib.ZSTD_createCCtx.restype = ctypes.c_void_p
-    lib.ZSTD_freeCCtx.argtypes = [ctypes.c_void_p]
-    lib.ZSTD_CCtx_setParameter.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    lib.ZSTD_CCtx_setParameter.restype = ctypes.c_size_t
-    lib.ZSTD_CCtx_setPledgedSrcSize.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong]
-    lib.ZSTD_CCtx_setPledgedSrcSize.restype = ctypes.c_size_t
-    lib.ZSTD_compressStream2.argtypes = [ctypes.c_void_p, ctypes.POINTER(_ZstdBuffer), ctypes.POINTER(_ZstdBuffer),
-                                         ctypes.c_int]
-    lib.ZSTD_compressStream2.restype = ctypes.c_size_t
-    lib.ZSTD_isError.argtypes = [ctypes.c_size_t]
-    lib.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
-    lib.ZSTD_getErrorName.restype = ctypes.c_char_p
-    return lib
-
-
-class _ClangZstd:
-    """zstd as LLVM 19's ``compression::zstd::compress`` runs it: the system libzstd, long-distance matching
-    on, the level set, the whole size pledged. Streaming with the size pledged gives ``ZSTD_compress2``'s
-    bytes; the zstd bundled with the ``zstandard`` wheel is another release and compresses differently,
-    so this is what makes a compressed ``.hip_fatbin`` byte-identical to Clang's. It stands in for the
-    ``compressobj`` of :class:`~offload_builders.formats.compressed.CompressedWriter` (same two methods).
-    """
-
-    _LEVEL, _LDM = 100, 160          # ZSTD_c_compressionLevel, ZSTD_c_enableLongDistanceMatching
-    _CONTINUE, _END = 0, 2           # ZSTD_e_continue, ZSTD_e_end
-
-    def __init__(self, lib: ctypes.CDLL, level: int, size: int) -> None:
-        self.lib = lib
-        self.cctx = lib.ZSTD_createCCtx()
-        if not self.cctx:
-            raise MemoryError("ZSTD_createCCtx failed")
-        for call in (lambda: lib.ZSTD_CCtx_setParameter(self.cctx, self._LDM, 1),
-                     lambda: lib.ZSTD_CCtx_setParameter(self.cctx, self._LEVEL, level),
-                     lambda: lib.ZSTD_CCtx_setPledgedSrcSize(self.cctx, size)):
-            self._check(call())
-        self.out = ctypes.create_string_buffer(1 << 17)
-
-    def _check(self, code: int) -> int:
-        if self.lib.ZSTD_isError(code):
-            raise OffloadError(f"zstd: {self.lib.ZSTD_getErrorName(code).decode()}")
-        return code
-
-    def _run(self, data: bytes, directive: int) -> bytes:
-        source = ctypes.create_string_buffer(data, len(data))
-        inb = _ZstdBuffer(ctypes.cast(source, ctypes.c_void_p), len(data), 0)
-        produced = bytearray()
-        while True:
-            outb = _ZstdBuffer(ctypes.cast(self.out, ctypes.c_void_p), len(self.out), 0)
-            remaining = self._check(self.lib.ZSTD_compressStream2(self.cctx, outb, inb, directive))
-            produced += self.out.raw[:outb.pos]
-            if (remaining == 0 if directive == self._END else inb.pos == inb.size):
-                return bytes(produced)
-
-    def compress(self, data: bytes) -> bytes:
-        return self._run(data, self._CONTINUE)
-
-    def flush(self) -> bytes:
-        try:
-            return self._run(b"", self._END)
-        finally:
-            self.lib.ZSTD_freeCCtx(self.cctx)
-            self.cctx = None
-
-
-def _compress_file(plain: str, output: str, options: CompressionOptions) -> None:
-    """Wrap the uncompressed bundle ``plain`` into a ``CCOB`` bundle at ``output`` (header, MD5 and size
-    checks from :class:`CompressedWriter`; the zstd stream from the system libzstd when it is there)."""
-    with open(plain, "rb") as src, open(output, "wb") as out:
-        size = os.fstat(src.fileno()).st_size
-        writer = CompressedWriter(out.fileno(), size, options)
-        lib = _libzstd()
-        if lib is not None and options.method is Method.ZSTD:
-            writer._zstd = _ClangZstd(lib, options.effective_level, size)
-        writer.copy_from(src.fileno(), 0, size)
-        writer.finish()
-
-
 def offload_bundle(target, source, env) -> int:
     """``$OFFLOAD_BUNDLECOM``: write the HIP fat binary in-process, as Clang's bundler job would.
 
     Host entry from ``/dev/null``, one ``hipv4-...--<target-id>`` entry per code object, each aligned to
     4096 bytes, optionally ``CCOB``-compressed; written to ``<target>.partial`` (committed afterwards).
     """
-    output = partial_path(env, target[0])
-    plain = output + ".uncompressed"
     try:
         spec, ids, compression = _bundle_plan(target, source, env, False)
-        bundle([spec.host_input, *(str(node) for node in source)], ids, output if compression is None else plain,
-               file_type=spec.file_type, bundle_align=spec.alignment)
-        if compression is not None:
-            _compress_file(plain, output, compression)
+        write_fatbin(spec, ids, [str(node) for node in source], partial_path(env, target[0]), compression)
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
-    finally:
-        if os.path.exists(plain):
-            os.unlink(plain)
     return 0
 
 
@@ -516,7 +408,7 @@ def program_fatbinary(target, source, env, images: list[tuple[str, str]], output
     try:
         with open(plain, "wb") as f:
             f.write(fatbin)
-        _compress_file(plain, output, compression)
+        compress_file(plain, output, compression)
         with open(output, "rb") as f:
             return f.read()
     finally:
