@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, driver_library_flags
+from offload_builders.hip_phases import default_cuid
 from offload_builders.targets import parse_offload_archs
 from offload_builders.toolchain import find_toolchain
 
@@ -37,6 +38,7 @@ def work(tmp_path) -> Path:
     (tmp_path / "inc" / "k.hpp").write_text(HEADER)
     (tmp_path / "k.cpp").write_text(SOURCE)
     (tmp_path / "k.hip").write_text("__attribute__((global)) void k(float *x) { *x = 1; }\n")
+    (tmp_path / "k.cu").write_text("__attribute__((global)) void k(float *x) { *x = 1; }\n")
     return tmp_path
 
 
@@ -151,7 +153,7 @@ HIP_FLAGS = ["-O2", "-Iinclude", "-nogpulib", "-nogpuinc"]
 
 def test_hip_commands_give_the_scons_tools_fat_binary_and_object(tmp_path):
     """A .hip source: per target a device node (compile + link to the code object), the fat binary, the
-    host compile; same path from the same directory, so the default CUID is the SCons tool's."""
+    host compile; ``--source-root`` the SCons top directory, so the default CUID is the SCons tool's."""
     sample = tmp_path / "hip"
     shutil.copytree(REPO_ROOT / "sample_project" / "hip", sample, ignore=shutil.ignore_patterns("build", ".sconsign*"))
     subprocess.run([SCONS, "-Q", "offload_archs=gfx90a,gfx942", "build/saxpy.o"], cwd=sample, check=True,
@@ -159,11 +161,11 @@ def test_hip_commands_give_the_scons_tools_fat_binary_and_object(tmp_path):
     targets = ["gfx942", "gfx90a"]                                     # any order works
     for target in targets:
         oc(sample, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{target}.hsaco",
-           "--depfile", f"saxpy.{target}.d", "--", *HIP_FLAGS)
+           "--depfile", f"saxpy.{target}.d", "--source-root", ".", "--", *HIP_FLAGS)
     oc(sample, "bundle", "src/saxpy.hip", "--targets", ",".join(targets), "-o", "saxpy.hipfb",
        *(f"saxpy.{target}.hsaco" for target in targets), "--", *HIP_FLAGS)
     oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--depfile", "saxpy.d",
-       "--", *HIP_FLAGS)
+       "--source-root", ".", "--", *HIP_FLAGS)
     llvm_objcopy = find_toolchain().tool("llvm-objcopy")
     for obj in ("saxpy.o", "build/saxpy.o"):
         subprocess.run([str(llvm_objcopy), f"--dump-section=.hip_fatbin={obj}.fatbin", obj, os.devnull], cwd=sample,
@@ -181,13 +183,116 @@ def test_hip_commands_give_the_scons_tools_fat_binary_and_object(tmp_path):
     old = 1_000_000_000
     for name in ("saxpy.gfx90a.hsaco", "saxpy.hipfb", "saxpy.o"):
         os.utime(sample / name, (old, old))
-    oc(sample, "device", "src/saxpy.hip", "--target", "gfx90a", "-o", "saxpy.gfx90a.hsaco", "--", *HIP_FLAGS)
-    oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--", *HIP_FLAGS)
+    oc(sample, "device", "src/saxpy.hip", "--target", "gfx90a", "-o", "saxpy.gfx90a.hsaco", "--source-root", ".",
+       "--", *HIP_FLAGS)
+    oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--source-root", ".",
+       "--", *HIP_FLAGS)
     assert (sample / "saxpy.gfx90a.hsaco").stat().st_mtime == old and (sample / "saxpy.o").stat().st_mtime == old
     # Another CUID is another object (its host and device code must share it: pass it to both).
     oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--cuid", "other_cuid",
        "--", *HIP_FLAGS)
     assert (sample / "saxpy.o").read_bytes() != (sample / "build" / "saxpy.o").read_bytes()
+
+
+def hip_sample(tmp_path: Path, *scons_args: str) -> Path:
+    """sample_project/hip, its saxpy.o built by the SCons tool with ``scons_args``."""
+    sample = tmp_path / "hip"
+    shutil.copytree(REPO_ROOT / "sample_project" / "hip", sample, ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    subprocess.run([SCONS, "-Q", "offload_archs=gfx90a,gfx942", *scons_args, "build/saxpy.o"], cwd=sample, check=True,
+                   capture_output=True)
+    return sample
+
+
+def test_hip_compressed_fat_binary_is_the_scons_tools(tmp_path):
+    """``--offload-compress`` (and a level) in the flags: the bundle step writes the SCons tool's CCOB bytes."""
+    compress = ["--offload-compress", "--offload-compression-level=9"]
+    sample = hip_sample(tmp_path, f"flags={' '.join(compress)}")
+    flags = [HIP_FLAGS[0], *compress, *HIP_FLAGS[1:]]                    # the SCons tool's order
+    cuid = default_cuid("src/saxpy.hip")                                  # the SCons tool's
+    for target in ("gfx90a", "gfx942"):
+        oc(sample, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{target}.hsaco",
+           "--cuid", cuid, "--", *flags)
+    oc(sample, "bundle", "src/saxpy.hip", "--targets", "gfx90a,gfx942", "-o", "saxpy.hipfb", "saxpy.gfx90a.hsaco",
+       "saxpy.gfx942.hsaco", "--", *flags)
+    oc(sample, "host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--cuid", cuid,
+       "--", *flags)
+    assert (sample / "saxpy.hipfb").read_bytes()[:4] == b"CCOB"
+    assert (sample / "saxpy.hipfb").read_bytes() == (sample / "build" / "saxpy.hipfb").read_bytes()
+    assert (sample / "saxpy.o").read_bytes() == (sample / "build" / "saxpy.o").read_bytes()
+
+
+def test_hip_relocatable_device_code_gives_the_scons_tools_package_and_object(tmp_path):
+    """-fgpu-rdc: per target the device bitcode, the offload package (kind hip), the host compile embedding it."""
+    sample = hip_sample(tmp_path, "rdc=1")
+    flags = [*HIP_FLAGS, "-fgpu-rdc"]
+    for target in ("gfx942", "gfx90a"):
+        oc(sample, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{target}.bc", "--", *flags)
+    oc(sample, "package", "src/saxpy.hip", "--targets", "gfx942,gfx90a", "-o", "saxpy.pkg", "saxpy.gfx942.bc",
+       "saxpy.gfx90a.bc", "--depfile", "saxpy.pkg.d", "--", *flags)
+    oc(sample, "host", "src/saxpy.hip", "--package", "saxpy.pkg", "-o", "saxpy.o", "--", *flags)
+    assert (sample / "saxpy.pkg").read_bytes() == (sample / "build" / "saxpy.offload.pkg").read_bytes()
+    assert (sample / "saxpy.o").read_bytes() == (sample / "build" / "saxpy.o").read_bytes()
+    assert depfile_rule(sample / "saxpy.pkg.d")[1][:2] == ["saxpy.gfx90a.bc", "saxpy.gfx942.bc"]
+
+
+CUDA_SCONSTRUCT = textwrap.dedent("""\
+    import offload_builders.scons
+    env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
+                      OFFLOAD_ARCHS=["sm_80", "sm_90"], OFFLOAD_FLAGS=["-O2"], CPPPATH=["include"],
+                      OFFLOAD_RDC=bool(int(ARGUMENTS.get("rdc", "0"))))
+    env.OffloadObject("build/scale.o", "src/scale.cu")
+""")
+
+
+@pytest.mark.parametrize("rdc", [False, True], ids=["plain", "rdc"])
+def test_cuda_commands_give_the_scons_tools_fat_binary_and_object(tmp_path, cuda, rdc):
+    """A .cu source: per target the device compile and ptxas (one node; the PTX kept beside the cubin), the fat
+    binary (CUDA 13's fatbinary) or, with -fgpu-rdc, the offload package, and the host compile."""
+    sample = tmp_path / "cuda"
+    shutil.copytree(REPO_ROOT / "sample_project" / "cuda", sample)
+    (sample / "SConstruct").write_text(CUDA_SCONSTRUCT)
+    subprocess.run([SCONS, "-Q", f"rdc={int(rdc)}"], cwd=sample, check=True, capture_output=True)
+    flags = ["-O2", "-Iinclude", *(["-fgpu-rdc"] if rdc else [])]
+    root = [] if rdc else ["--source-root", "."]
+    for target in ("sm_90", "sm_80"):
+        oc(sample, "device", "src/scale.cu", "--target", target, "-o", f"scale.{target}.cubin",
+           "--depfile", f"scale.{target}.d", *root, "--", *flags)
+        cubin = f"scale.{target}.cubin"
+        assert (sample / cubin).read_bytes() == (sample / "build" / cubin).read_bytes()
+    if rdc:
+        assert not (sample / "scale.sm_80.cubin.ptx").exists()
+        oc(sample, "package", "src/scale.cu", "--targets", "sm_90,sm_80", "-o", "scale.pkg", "scale.sm_90.cubin",
+           "scale.sm_80.cubin", "--", *flags)
+        assert (sample / "scale.pkg").read_bytes() == (sample / "build" / "scale.offload.pkg").read_bytes()
+        oc(sample, "host", "src/scale.cu", "--package", "scale.pkg", "-o", "scale.o", "--", *flags)
+    else:
+        assert (sample / "scale.sm_80.cubin.ptx").read_bytes() == (sample / "build" / "scale.sm_80.dev.s").read_bytes()
+        oc(sample, "bundle", "src/scale.cu", "--targets", "sm_90,sm_80", "-o", "scale.fatbin", "scale.sm_90.cubin",
+           "scale.sm_80.cubin", "--depfile", "scale.fatbin.d", "--", *flags)
+        assert (sample / "scale.fatbin").read_bytes() == (sample / "build" / "scale.fatbin").read_bytes()
+        fatbin_deps = depfile_rule(sample / "scale.fatbin.d")[1]
+        assert "scale.sm_80.cubin.ptx" in fatbin_deps and os.path.realpath(cuda("fatbinary")) in fatbin_deps
+        oc(sample, "host", "src/scale.cu", "--fatbin", "scale.fatbin", "-o", "scale.o", *root, "--", *flags)
+    assert (sample / "scale.o").read_bytes() == (sample / "build" / "scale.o").read_bytes()
+    target, deps = depfile_rule(sample / "scale.sm_80.d")
+    assert target == "scale.sm_80.cubin" and deps[:2] == ["src/scale.cu", "include/cuda_min.h"]
+    assert os.path.realpath(cuda("ptxas")) in deps
+
+
+def test_the_default_cuid_does_not_depend_on_the_directory_commands_run_in(tmp_path):
+    """Without --cuid, two build directories of one source tree (the source named ``../src/x.hip`` from one,
+    ``../../src/x.hip`` from the other) give the same objects."""
+    sample = hip_sample(tmp_path)
+    objects = []
+    for build in (sample / "b1", sample / "deeper" / "b2"):
+        build.mkdir(parents=True)
+        source = os.path.relpath(sample / "src" / "saxpy.hip", build)
+        flags = [HIP_FLAGS[0], f"-I{sample / 'include'}", *HIP_FLAGS[2:]]
+        oc(build, "device", source, "--target", "gfx90a", "-o", "saxpy.hsaco", "--", *flags)
+        oc(build, "bundle", source, "--targets", "gfx90a", "-o", "saxpy.hipfb", "saxpy.hsaco", "--", *flags)
+        oc(build, "host", source, "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--", *flags)
+        objects.append((build / "saxpy.o").read_bytes())
+    assert objects[0] == objects[1]
 
 
 def test_check_prints_the_canonical_list(work):
@@ -208,12 +313,21 @@ def test_check_prints_the_canonical_list(work):
     (["device", "k.cpp", "--host-bc", "nope.bc", "-o", "x", "--target", "x86_64"], "--host-bc: 'nope.bc' not found"),
     (["package", "k.cpp", "--targets", "x86_64,gfx90a", "-o", "p", "k.cpp"], "--targets names 2 targets but 1"),
     (["host", "k.txt", "-o", "x"], "source file 'k.txt' not found"),
-    (["bundle", "k.cpp", "--targets", "gfx90a", "-o", "x", "k.cpp"], "bundle: 'k.cpp' is not HIP (.hip)"),
-    (["host", "k.cpp", "-o", "x", "--cuid", "abc"], "host: --cuid is for HIP (.hip) sources"),
+    (["bundle", "k.cpp", "--targets", "gfx90a", "-o", "x", "k.cpp"], "bundle: 'k.cpp' is neither HIP (.hip) nor CUDA"),
+    (["host", "k.cpp", "-o", "x", "--cuid", "abc"], "host: --cuid is for HIP (.hip) and CUDA (.cu) sources"),
     (["device", "k.hip", "--target", "x86_64", "-o", "x"], "--target: HIP offload targets must be AMDGPU"),
     (["device", "k.hip", "--target", "gfx90a", "-o", "x", "--cuid", "a-b"], "--cuid: 'a-b' is not a CUID"),
     (["host", "k.hip", "-o", "x"], "host: --fatbin is required"),
-    (["device", "k.hip", "--target", "gfx90a", "-o", "x", "--", "-fgpu-rdc"], "-fgpu-rdc: relocatable HIP"),
+    (["device", "k.hip", "--target", "gfx90a", "-o", "x", "--cuid", "c", "--", "-fgpu-rdc"],
+     "device: --cuid is for compiles without -fgpu-rdc"),
+    (["host", "k.hip", "--fatbin", "k.cpp", "-o", "x", "--", "-fgpu-rdc"], "host: --fatbin is for compiles without"),
+    (["host", "k.hip", "--package", "k.cpp", "-o", "x"], "host: --package is for -fgpu-rdc compiles"),
+    (["bundle", "k.hip", "--targets", "gfx90a", "-o", "x", "k.cpp", "--", "-fgpu-rdc"], "bundle: with -fgpu-rdc"),
+    (["package", "k.hip", "--targets", "gfx90a", "-o", "x", "k.cpp"], "package: 'k.hip' is HIP without -fgpu-rdc"),
+    (["device", "k.hip", "--target", "gfx90a", "-o", "x", "--source-root", "inc"], "--source-root: 'k.hip' is not"),
+    (["host", "k.hip", "--fatbin", "k.cpp", "-o", "x", "--", "-cuid=abc"], "the compile flag '-cuid=abc' sets the"),
+    (["device", "k.cu", "--target", "gfx90a", "-o", "x"], "--target: CUDA offload targets must be NVPTX"),
+    (["embed", "k.cu", "--host-bc", "k.cpp", "--package", "k.cpp", "-o", "x"], "embed: 'k.cu' is CUDA"),
 ])
 def test_bad_input_is_one_line_naming_it(work, args, message):
     done = oc(work, *args, check=False)

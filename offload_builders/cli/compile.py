@@ -1,7 +1,9 @@
-"""``offload-compile``: one offload compile phase per command (OpenMP, HIP), for Meson/Ninja and other pipelines.
+"""``offload-compile``: one offload compile phase per command (OpenMP, HIP, CUDA), for Meson/Ninja and other pipelines.
 
-Each subcommand runs the installed driver's own job for one phase, rendered through the same
-:class:`~offload_builders.phases.PhaseModel` as the SCons tool (probes kept in the same per-user cache)::
+Each subcommand runs the installed driver's own job for one phase, rendered through the same phase models
+as the SCons tool (:class:`~offload_builders.phases.PhaseModel`, :class:`~offload_builders.hip_phases.
+HipPhaseModel`, :class:`~offload_builders.cuda_phases.CudaPhaseModel`; probes kept in the same per-user
+cache)::
 
     offload-compile host    SRC -o X.host.bc [--depfile D] [-- FLAGS]
     offload-compile device  SRC --host-bc X.host.bc --target T -o X.T.dev.o [--depfile D] [-- FLAGS]
@@ -9,16 +11,22 @@ Each subcommand runs the installed driver's own job for one phase, rendered thro
     offload-compile embed   SRC --host-bc X.host.bc --package X.pkg -o X.o [--depfile D] [-- FLAGS]
     offload-compile check   T1,T2 ...        (prints the canonical target-ID list, or fails)
 
-A ``.hip`` source is HIP, as in the SCons tool (:class:`~offload_builders.hip_phases.HipPhaseModel`, default
-non-RDC mode), with its own three phases::
+A ``.hip`` source is HIP and a ``.cu`` source CUDA, as in the SCons tool, each with three phases::
 
-    offload-compile device  SRC.hip --target T -o X.T.hsaco [--cuid C]   (device compile + lld link)
-    offload-compile bundle  SRC.hip --targets T1,T2 -o X.hipfb CODEOBJECT1 CODEOBJECT2   (in-process writer)
-    offload-compile host    SRC.hip --fatbin X.hipfb -o X.o [--cuid C]   (-fcuda-include-gpubinary)
+    offload-compile device  SRC.hip --target T -o X.T.hsaco        (device compile + lld link)
+    offload-compile device  SRC.cu  --target T -o X.T.cubin        (device compile + ptxas; PTX in X.T.cubin.ptx)
+    offload-compile bundle  SRC --targets T1,T2 -o X.fatbin IMAGE1 IMAGE2   (HIP: in-process; CUDA: fatbinary)
+    offload-compile host    SRC --fatbin X.fatbin -o X.o           (-fcuda-include-gpubinary)
 
-Host and device compiles of a source must share one CUID: the default is the SCons tool's rule
-(:func:`~offload_builders.hip_phases.default_cuid`) applied to the source path as given, so commands run
-from the SCons top directory with the same path give the SCons tool's object byte for byte.
+and with ``-fgpu-rdc`` in the flags (relocatable device code, as ``$OFFLOAD_RDC``): ``device`` writes the
+device bitcode (HIP) or relocatable cubin (CUDA), ``package`` the offload package (``clang-offload-packager``,
+kind ``hip`` or ``cuda``) and ``host --package X.pkg`` the object embedding it, for ``offload-link`` or the
+SCons tool's link. ``--offload-compress`` in the flags compresses a HIP fat binary as the SCons tool does.
+
+Host and device compiles of a non-RDC source share one CUID: ``--cuid C``, else 16 hex digits of the MD5
+of the source's path relative to ``--source-root DIR`` (the SCons tool's rule when DIR is its top
+directory: the same objects byte for byte), else of its absolute path. Either way the default does not
+depend on the directory the commands run in, so two build directories of one tree give the same objects.
 
 Why a command per phase: a build system that runs commands (Ninja) then schedules, skips and rebuilds each
 phase and target on its own. Three things make that correct and incremental:
@@ -47,20 +55,33 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+from offload_builders.cuda_phases import (
+    HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
+    CudaDeviceSteps,
+    CudaPhaseModel,
+    check_flags as check_cuda_flags,
+    check_targets as check_cuda_targets,
+    default_flags as cuda_default_flags,
+    fatbinary_command,
+    package_command as cuda_package_command,
+)
 from offload_builders.driver import target_selection_flags
 from offload_builders.errors import OffloadError
 from offload_builders.hip_phases import (
-    HIP_SUFFIXES,
-    HOST_PROBE_TARGET,
+    HOST_PROBE_TARGET as HIP_HOST_PROBE_TARGET,
     HipDeviceSteps,
     HipPhaseModel,
     check_cuid,
     check_flags as check_hip_flags,
-    check_targets,
+    check_targets as check_hip_targets,
     default_cuid,
-    default_flags,
+    default_flags as hip_default_flags,
+    fatbin_compression,
     is_rdc,
+    write_fatbin,
 )
+from offload_builders.models import source_model as model_of_source
+from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.phases import DeviceSteps, PhaseModel, language_of
 from offload_builders.source_identity import file_identity
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -68,29 +89,33 @@ from offload_builders.toolchain import find_toolchain, user_cache
 
 PROG = "offload-compile"
 
-_HELP = f"""OVERVIEW: Run one phase of a Clang OpenMP or HIP offload compile (the installed driver's own job).
+_HELP = f"""OVERVIEW: Run one phase of a Clang OpenMP, HIP or CUDA offload compile (the installed driver's own job).
 
 USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} device  SRC --host-bc <host.bc> --target <ID> -o <out> [--depfile <file>] [-- <compile flags>]
        {PROG} package SRC --targets <ID,...> -o <pkg> <image per target...> [--depfile <file>] [-- <flags>]
        {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
        {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
-HIP (.hip sources; non-RDC):
-       {PROG} device  SRC.hip --target <ID> -o <code object> [--cuid <C>] [--depfile <file>] [-- <flags>]
-       {PROG} bundle  SRC.hip --targets <ID,...> -o <hipfb> <code object per target...> [--depfile <file>]
+HIP (.hip) and CUDA (.cu) sources:
+       {PROG} device  SRC --target <ID> -o <code object|cubin> [--cuid <C>|--source-root <dir>] [--depfile <file>]
+                      [-- <flags>]          (CUDA: the PTX is written beside the cubin, <cubin>.ptx)
+       {PROG} bundle  SRC --targets <ID,...> -o <fatbin> <code object|cubin per target...> [--depfile <file>]
                       [-- <flags>]
-       {PROG} host    SRC.hip --fatbin <hipfb> -o <obj> [--cuid <C>] [--depfile <file>] [-- <flags>]
+       {PROG} host    SRC --fatbin <fatbin> -o <obj> [--cuid <C>|--source-root <dir>] [--depfile <file>] [-- <flags>]
+  with -fgpu-rdc in the flags: device (bitcode or relocatable cubin), package (as above), host --package <pkg>
 
 OPTIONS:
   -o <file>            - Output; written atomically, left untouched (mtime too) when its bytes are unchanged
   --depfile <file>     - Write a gcc-style depfile (output: source, headers, compiler binaries)
   --target <ID>        - The target ID of a device compile (NVPTX: includes ptxas; the output is the cubin)
-  --targets <ID,...>   - The target IDs of the package's images, in the images' order
+  --targets <ID,...>   - The target IDs of the package's or fat binary's images, in the images' order
   --host-bc <file>     - The host bitcode (made by `{PROG} host`, with its .identity file)
-  --package <file>     - The offload package to embed
-  --fatbin <file>      - HIP: the fat binary (made by `{PROG} bundle`) the host compile includes
-  --cuid <C>           - HIP: the CUID host and device compiles share (default: 16 hex digits of the MD5 of the
-                         source path as given, the SCons tool's rule)
+  --package <file>     - The offload package to embed (OpenMP; HIP and CUDA with -fgpu-rdc)
+  --fatbin <file>      - HIP, CUDA: the fat binary (made by `{PROG} bundle`) the host compile includes
+  --cuid <C>           - HIP, CUDA: the CUID host and device compiles share (default: 16 hex digits of the MD5
+                         of the source's path relative to --source-root, else of its absolute path)
+  --source-root <dir>  - HIP, CUDA: where the default CUID's path starts (the SCons tool's top directory gives
+                         the SCons tool's CUID)
   --help, --version
 The compile flags after `--` are the same for every phase of a source (device: plus that target's own).
 The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang.
@@ -100,6 +125,8 @@ The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang
 _DEPENDENCY_FLAGS = ("-M", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG", "-MV", "-Wp,-M")
 _SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check")
 IDENTITY_SUFFIX = ".identity"
+#: A CUDA device node keeps its PTX beside its cubin (``<cubin>.ptx``): Clang 19 puts it in the fat binary.
+PTX_SUFFIX = ".ptx"
 
 
 @dataclass
@@ -115,12 +142,14 @@ class _Options:
     package: str | None = None
     fatbin: str | None = None
     cuid: str | None = None
+    source_root: str | None = None
     help: bool = False
     version: bool = False
 
 
 _VALUE_OPTIONS = {"-o": "output", "--depfile": "depfile", "--target": "target", "--targets": "targets",
-                  "--host-bc": "host_bc", "--package": "package", "--fatbin": "fatbin", "--cuid": "cuid"}
+                  "--host-bc": "host_bc", "--package": "package", "--fatbin": "fatbin", "--cuid": "cuid",
+                  "--source-root": "source_root"}
 
 
 def _parse(argv: Sequence[str]) -> _Options:
@@ -169,6 +198,9 @@ def _check_flags(flags: Sequence[str]) -> None:
         if flag in _DEPENDENCY_FLAGS or flag.startswith(("-MF", "-MT", "-MQ", "-Wp,-M")):
             raise UsageError(f"the compile flag '{flag}' writes a dependency file: {PROG} writes one per node,"
                              " use --depfile instead")
+    if cuid := [flag for flag in flags if flag.startswith(("-cuid=", "-fuse-cuid="))]:
+        raise UsageError(f"the compile flag '{cuid[0]}' sets the CUID: give it with --cuid (the same for every"
+                         " phase of a source), or leave the default")
     if selected := target_selection_flags(flags):
         raise UsageError(f"the compile flag '{selected[0]}' selects offload targets: name them with --target/"
                          "--targets (one node per target)")
@@ -180,14 +212,14 @@ def _source(opts: _Options, count: int = 1) -> str:
     source = opts.positional[0]
     if not os.path.isfile(source):
         raise UsageError(f"source file '{source}' not found")
-    if not is_hip(source):
+    if source_model(source) == OPENMP:
         language_of(source)
     return source
 
 
-def is_hip(source: str) -> bool:
-    """Whether ``source`` is HIP: its suffix, as in the SCons tool (``.hip``)."""
-    return os.path.splitext(source)[1] in HIP_SUFFIXES
+def source_model(source: str) -> str:
+    """The model of ``source`` from its suffix, as in the SCons tool: ``.hip`` HIP, ``.cu`` CUDA, else OpenMP."""
+    return model_of_source(source, OPENMP)
 
 
 def _refuse(opts: _Options, *names: str, why: str) -> None:
@@ -213,10 +245,6 @@ def _target(text: str, option: str) -> TargetID:
 
 def _model() -> PhaseModel:
     return PhaseModel(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
-
-
-def _hip_model() -> HipPhaseModel:
-    return HipPhaseModel(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
 
 
 # --- running jobs, outputs and depfiles ------------------------------------------------------------------
@@ -281,7 +309,7 @@ def _binaries(argv: Sequence[str]) -> list[str]:
     return files
 
 
-def _compiler_files(model: PhaseModel | HipPhaseModel) -> list[str]:
+def _compiler_files(model: PhaseModel | HipPhaseModel | CudaPhaseModel) -> list[str]:
     """The drivers asked for the jobs: a wrapper (ccache's, Spack's) and what it runs."""
     toolchain = model.toolchain
     return list(dict.fromkeys([str(toolchain.clang), os.path.realpath(toolchain.clang),
@@ -347,10 +375,14 @@ def _compile_one_job(argv: Sequence[str], partial: str, output: str) -> list[str
     return read
 
 
+def _gpu_source_model(opts: _Options) -> str:
+    return source_model(opts.positional[0]) if opts.positional else OPENMP
+
+
 def _host(opts: _Options) -> int:
-    if opts.positional and is_hip(opts.positional[0]):
-        return _hip_host(opts)
-    _refuse(opts, "fatbin", "cuid", why="is for HIP (.hip) sources")
+    if (gpu := _gpu_source_model(opts)) != OPENMP:
+        return _gpu_host(opts, gpu)
+    _refuse(opts, "fatbin", "cuid", "source_root", why="is for HIP (.hip) and CUDA (.cu) sources")
     _require(opts, "output")
     assert opts.output is not None
     source = _source(opts)
@@ -388,9 +420,9 @@ def _device_steps(model: PhaseModel, source: str, target: TargetID, flags: Seque
 
 
 def _device(opts: _Options) -> int:
-    if opts.positional and is_hip(opts.positional[0]):
-        return _hip_device(opts)
-    _refuse(opts, "cuid", why="is for HIP (.hip) sources")
+    if (gpu := _gpu_source_model(opts)) != OPENMP:
+        return _gpu_device(opts, gpu)
+    _refuse(opts, "cuid", "source_root", why="is for HIP (.hip) and CUDA (.cu) sources")
     _require(opts, "output", "target", "host_bc")
     assert opts.output is not None and opts.target is not None and opts.host_bc is not None
     source = _source(opts)
@@ -427,8 +459,8 @@ def _package(opts: _Options) -> int:
     _require(opts, "output", "targets")
     assert opts.output is not None
     source = _source(opts)
-    if is_hip(source):
-        raise UsageError(f"package: '{source}' is HIP: its fat binary is made by `{PROG} bundle`")
+    if (gpu := source_model(source)) != OPENMP:
+        return _gpu_package(opts, source, gpu)
     pairs = _images(opts, "package image")
     model = _model()
     # Each image is named with its phase's suffix, as the SCons tool names it: the packager takes the image
@@ -471,8 +503,9 @@ def _embed(opts: _Options) -> int:
     _require(opts, "output", "host_bc", "package")
     assert opts.output is not None and opts.host_bc is not None and opts.package is not None
     source = _source(opts)
-    if is_hip(source):
-        raise UsageError(f"embed: '{source}' is HIP: `{PROG} host --fatbin` makes its object")
+    if source_model(source) != OPENMP:
+        raise UsageError(f"embed: '{source}' is {source_model(source).upper()}: `{PROG} host` makes its object"
+                         " (with --fatbin, or --package with -fgpu-rdc)")
     host_bc = _input(opts.host_bc, "--host-bc")
     package = _input(opts.package, "--package")
     model = _model()
@@ -490,115 +523,220 @@ def _embed(opts: _Options) -> int:
     return 0
 
 
-# --- HIP (non-RDC): device compile + link, fat binary, host compile ----------------------------------------
+# --- HIP and CUDA: device compile (+ link or ptxas), fat binary or package, host compile -------------------
 
-def _hip_flags(model: HipPhaseModel, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
-    """The user's flags plus what the SCons tool adds for ``target`` (ROCm's device libraries, or
-    ``-nogpuinc``/``-nogpulib`` where there are none and the flags do not choose)."""
-    check_hip_flags(flags)
-    if is_rdc(flags):
-        raise UsageError("-fgpu-rdc: relocatable HIP device code is not built by offload-compile yet;"
-                         " use the SCons tool, or drop -fgpu-rdc")
-    return (*flags, *default_flags(model.toolchain, target, flags))
+def _gpu_model(model: str) -> HipPhaseModel | CudaPhaseModel:
+    kind = HipPhaseModel if model == HIP else CudaPhaseModel
+    return kind(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
 
 
-def _hip_target(text: str, option: str) -> TargetID:
+def _probe_target(model: str) -> TargetID:
+    """The target a host compile or a fat binary's parameters are probed with (neither depends on it)."""
+    return HIP_HOST_PROBE_TARGET if model == HIP else CUDA_HOST_PROBE_TARGET
+
+
+def _gpu_flags(model: str, phases: HipPhaseModel | CudaPhaseModel, target: TargetID,
+               flags: Sequence[str]) -> tuple[str, ...]:
+    """The user's flags plus what the SCons tool adds for ``target``: HIP, ROCm's device libraries (or
+    ``-nogpuinc``/``-nogpulib`` where there are none and the flags do not choose); CUDA, ``-nocudainc
+    -nocudalib`` with Clang 19, which cannot parse CUDA 13's headers."""
+    if model == HIP:
+        check_hip_flags(flags)
+        return (*flags, *hip_default_flags(phases.toolchain, target, flags))
+    check_cuda_flags(flags)
+    return (*flags, *cuda_default_flags(phases.toolchain, flags))
+
+
+def _gpu_target(model: str, text: str, option: str) -> TargetID:
     target = _target(text, option)
     try:
-        check_targets([target])
+        (check_hip_targets if model == HIP else check_cuda_targets)([target])
     except OffloadError as error:
         raise UsageError(f"{option}: {error}") from None
     return target
 
 
-def _hip_device_steps(model: HipPhaseModel, target: TargetID, flags: Sequence[str]) -> HipDeviceSteps:
-    return model.device_steps(target, _hip_flags(model, target, flags))
+def _device_steps_of(model: str, phases: HipPhaseModel | CudaPhaseModel, target: TargetID,
+                     flags: Sequence[str]) -> HipDeviceSteps | CudaDeviceSteps:
+    return phases.device_steps(target, _gpu_flags(model, phases, target, flags))
 
 
-def _hip_cuid(opts: _Options, source: str) -> str:
-    """``--cuid``, else the SCons tool's rule on the source path as given (normalized)."""
-    if opts.cuid is None:
-        return default_cuid(os.path.normpath(source))
-    try:
-        return check_cuid(opts.cuid)
-    except OffloadError as error:
-        raise UsageError(f"--cuid: {error}") from None
+def _cuid(opts: _Options, source: str, rdc: bool) -> dict[str, str]:
+    """The ``cuid`` slot's value: ``--cuid``, else :func:`~offload_builders.hip_phases.default_cuid` of the
+    source's path relative to ``--source-root`` (the SCons tool's rule when that is its top directory), else
+    of its absolute path; never the path as given, so every build directory gives the same objects. RDC
+    compiles pin none (the new driver does not forward ``-cuid``)."""
+    if rdc:
+        _refuse(opts, "cuid", "source_root", why="is for compiles without -fgpu-rdc (relocatable device code has"
+                " no CUID)")
+        return {}
+    if opts.cuid is not None:
+        _refuse(opts, "source_root", why="names where the default CUID comes from; --cuid gives it")
+        try:
+            return {"cuid": check_cuid(opts.cuid)}
+        except OffloadError as error:
+            raise UsageError(f"--cuid: {error}") from None
+    path = os.path.abspath(source)
+    if opts.source_root is not None:
+        if not os.path.isdir(opts.source_root):
+            raise UsageError(f"--source-root: '{opts.source_root}' is not a directory")
+        path = os.path.relpath(path, os.path.abspath(opts.source_root))
+        if path == os.pardir or path.startswith(os.pardir + os.sep):
+            raise UsageError(f"--source-root: '{source}' is not inside '{opts.source_root}'")
+    return {"cuid": default_cuid(path)}
 
 
-def _hip_device(opts: _Options) -> int:
-    _refuse(opts, "host_bc", why="is for OpenMP sources (a HIP device compile reads only the source)")
+def _gpu_device(opts: _Options, model: str) -> int:
+    """HIP: the device compile and (without -fgpu-rdc) its lld link to the code object; CUDA: the device
+    compile to PTX and ptxas to the cubin, the PTX kept as ``<output>.ptx`` for the fat binary."""
+    _refuse(opts, "host_bc", why="is for OpenMP sources (a HIP or CUDA device compile reads only the source)")
     _require(opts, "output", "target")
     assert opts.output is not None and opts.target is not None
     source = _source(opts)
-    target = _hip_target(opts.target, "--target")
-    cuid = _hip_cuid(opts, source)
-    model = _hip_model()
-    steps = _hip_device_steps(model, target, opts.flags)
-    assert steps.link is not None  # non-RDC
+    target = _gpu_target(model, opts.target, "--target")
+    phases = _gpu_model(model)
+    flags = _gpu_flags(model, phases, target, opts.flags)
+    rdc = is_rdc(flags)
+    cuid = _cuid(opts, source, rdc)
+    steps = phases.device_steps(target, flags)
+    second = steps.link if isinstance(steps, HipDeviceSteps) else steps.assemble
+    ptx = opts.output + PTX_SUFFIX if model == CUDA and not rdc else None
     partial = _partial(opts.output)
     with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
         headers_file = os.path.join(scratch, "deps.d")
-        compiled = os.path.join(scratch, "device" + steps.compile_suffix)
+        compiled = (_partial(ptx) if ptx is not None else os.path.join(scratch, "device" + steps.compile_suffix)) \
+            if second is not None else partial
         ran = [steps.compile.render(source=source, main_file_name=os.path.basename(source), output=compiled,
-                                    cuid=cuid)]
+                                    **cuid)]
         try:
             _run(_with_dependency_file(ran[0], headers_file, opts.output))
-            ran.append(steps.link.render(input=compiled, output=partial))
-            _run(ran[-1])
+            if second is not None:
+                ran.append(second.render(input=compiled, output=partial))
+                _run(ran[-1])
             read = _read_make_dependencies(headers_file)
         except BaseException:
             _remove(partial)
+            if ptx is not None:
+                _remove(_partial(ptx))
             raise
+    if ptx is not None:
+        _commit(_partial(ptx), ptx)
     _commit(partial, opts.output)
     binaries = [path for job in ran for path in _binaries(job)]
-    _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(model)])
+    _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(phases)])
     return 0
 
 
 def _bundle(opts: _Options) -> int:
-    from offload_builders.formats.bundle import bundle
-
+    """The fat binary of a source compiled without -fgpu-rdc: HIP's written in-process (compressed as the
+    flags say), CUDA's by the toolkit's ``fatbinary`` (each cubin, and the PTX beside it where the driver
+    puts PTX in)."""
     _require(opts, "output", "targets")
     assert opts.output is not None
     source = _source(opts)
-    if not is_hip(source):
-        raise UsageError(f"bundle: '{source}' is not HIP (.hip): its offload package is made by `{PROG} package`")
-    pairs = _images(opts, "code object")
+    model = source_model(source)
+    if model == OPENMP:
+        raise UsageError(f"bundle: '{source}' is neither HIP (.hip) nor CUDA (.cu): its offload package is made by"
+                         f" `{PROG} package`")
+    pairs = _images(opts, "code object" if model == HIP else "cubin")
     for target, _ in pairs:
-        _hip_target(str(target), "--targets")
-    model = _hip_model()
-    spec = model.host_steps(_hip_flags(model, HOST_PROBE_TARGET, opts.flags)).fatbin
-    assert spec is not None  # non-RDC
-    if spec.compress:
-        raise UsageError("--offload-compress: compressed fat binaries are not written by offload-compile yet;"
-                         " use the SCons tool (OFFLOAD_HIP_COMPRESS), or drop the flag")
-    ids = [spec.host_id] + [_hip_device_steps(model, target, opts.flags).bundle_id or "" for target, _ in pairs]
+        _gpu_target(model, str(target), "--targets")
+    phases = _gpu_model(model)
+    flags = _gpu_flags(model, phases, _probe_target(model), opts.flags)
+    if is_rdc(flags):
+        raise UsageError(f"bundle: with -fgpu-rdc the device code goes into an offload package: use `{PROG} package`")
     partial = _partial(opts.output)
+    read = [path for _, path in pairs]
     try:
-        bundle([spec.host_input, *(path for _, path in pairs)], ids, partial, file_type=spec.file_type,
-               bundle_align=spec.alignment, llvm_version=model.toolchain.major)
+        if isinstance(phases, HipPhaseModel):
+            spec = phases.host_steps(flags).fatbin
+            assert spec is not None  # non-RDC
+            ids = [spec.host_id] + [_hip_bundle_id(phases, target, opts.flags) for target, _ in pairs]
+            write_fatbin(spec, ids, read, partial, fatbin_compression(spec), llvm_version=phases.toolchain.major)
+            binaries: list[str] = []
+        else:
+            images = []
+            for target, cubin in pairs:
+                steps = _device_steps_of(model, phases, target, opts.flags)
+                assert isinstance(steps, CudaDeviceSteps)
+                if any(image.kind == "ptx" for image in steps.images):
+                    read.append(_input(cubin + PTX_SUFFIX, "PTX (made beside the cubin by `device`)"))
+                images.append((steps, cubin + PTX_SUFFIX, cubin))
+            argv = fatbinary_command(phases.host_steps(flags), images, partial)
+            _run(argv)
+            binaries = _binaries(argv)
     except BaseException:
         _remove(partial)
         raise
     _commit(partial, opts.output)
-    _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_compiler_files(model)])
+    _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(phases)])
     return 0
 
 
-def _hip_host(opts: _Options) -> int:
-    _refuse(opts, "host_bc", "package", why="is for OpenMP sources (a HIP host compile takes --fatbin)")
-    _require(opts, "output", "fatbin")
-    assert opts.output is not None and opts.fatbin is not None
+def _hip_bundle_id(phases: HipPhaseModel, target: TargetID, flags: Sequence[str]) -> str:
+    steps = _device_steps_of(HIP, phases, target, flags)
+    assert isinstance(steps, HipDeviceSteps) and steps.bundle_id is not None  # non-RDC
+    return steps.bundle_id
+
+
+def _gpu_package(opts: _Options, source: str, model: str) -> int:
+    """-fgpu-rdc: the offload package of a source's per-target device code (HIP bitcode, CUDA relocatable
+    cubins), by ``clang-offload-packager`` as the SCons tool runs it."""
+    assert opts.output is not None
+    pairs = _images(opts, "device image")
+    for target, _ in pairs:
+        _gpu_target(model, str(target), "--targets")
+    phases = _gpu_model(model)
+    if not is_rdc(_gpu_flags(model, phases, _probe_target(model), opts.flags)):
+        raise UsageError(f"package: '{source}' is {model.upper()} without -fgpu-rdc: its fat binary is made by"
+                         f" `{PROG} bundle` (add -fgpu-rdc to every phase's flags for relocatable device code)")
+    images = [(_device_steps_of(model, phases, target, opts.flags), path) for target, path in pairs]
+    partial = _partial(opts.output)
+    if isinstance(phases, HipPhaseModel):
+        argv = phases.package_command([(steps, path) for steps, path in images
+                                       if isinstance(steps, HipDeviceSteps)], partial)
+    else:
+        argv = cuda_package_command(phases.toolchain, [(steps, path) for steps, path in images
+                                                       if isinstance(steps, CudaDeviceSteps)], partial)
+    try:
+        _run(argv)
+    except BaseException:
+        _remove(partial)
+        raise
+    _commit(partial, opts.output)
+    _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_binaries(argv),
+                                               *_compiler_files(phases)])
+    return 0
+
+
+def _gpu_host(opts: _Options, model: str) -> int:
+    """The host compile, which is the object: with the fat binary (``--fatbin``, and the CUID its device
+    code was compiled with) or, with -fgpu-rdc, the offload package (``--package``)."""
+    _refuse(opts, "host_bc", why="is for OpenMP sources (a HIP or CUDA host compile reads the source)")
+    _require(opts, "output")
+    assert opts.output is not None
     source = _source(opts)
-    fatbin = _input(opts.fatbin, "--fatbin")
-    cuid = _hip_cuid(opts, source)
-    model = _hip_model()
-    steps = model.host_steps(_hip_flags(model, HOST_PROBE_TARGET, opts.flags))
+    phases = _gpu_model(model)
+    flags = _gpu_flags(model, phases, _probe_target(model), opts.flags)
+    rdc = is_rdc(flags)
+    if rdc:
+        _refuse(opts, "fatbin", why="is for compiles without -fgpu-rdc; with it the host compile takes --package")
+        _require(opts, "package")
+        assert opts.package is not None
+        device_side = {"package": _input(opts.package, "--package")}
+    else:
+        _refuse(opts, "package", why="is for -fgpu-rdc compiles; without it the host compile takes --fatbin")
+        _require(opts, "fatbin")
+        assert opts.fatbin is not None
+        device_side = {"fatbin": _input(opts.fatbin, "--fatbin")}
+    cuid = _cuid(opts, source, rdc)
+    steps = phases.host_steps(flags)
     partial = _partial(opts.output)
     argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=partial,
-                                fatbin=fatbin, cuid=cuid)
+                                **device_side, **cuid)
     read = _compile_one_job(argv, partial, opts.output)
-    _write_depfile(opts.depfile, opts.output, [*read, fatbin, *_binaries(argv), *_compiler_files(model)])
+    _write_depfile(opts.depfile, opts.output, [*read, *device_side.values(), *_binaries(argv),
+                                               *_compiler_files(phases)])
     return 0
 
 
