@@ -23,8 +23,8 @@ MESON, NINJA = str(BIN / "meson"), str(BIN / "ninja")
 def project(tmp_path) -> Path:
     """A copy of the sample (its Meson project, sources and headers), with the tools of this checkout on PATH."""
     root = tmp_path / "sample"
-    for part in ("meson", "src", "include"):
-        shutil.copytree(REPO_ROOT / "sample_project" / part, root / part)
+    for part in ("meson", "src", "include", "hip/include", "mixed/src"):
+        shutil.copytree(REPO_ROOT / "sample_project" / part, root / part, ignore=shutil.ignore_patterns("build"))
     # A header only norm.cpp includes: touching it must rebuild norm.cpp's nodes alone.
     (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
     norm = root / "src" / "norm.cpp"
@@ -67,7 +67,8 @@ def test_meson_builds_the_sample_and_it_runs_on_the_offload_device(project):
     run(project, MESON, "setup", "build", "meson")
     first = ninja(project)
     assert len(phases(first, "host")) == 2 and len(phases(first, "device")) == 2 and len(links(first)) == 1
-    assert "Ok:" in run(project, MESON, "test", "-C", "build")     # OMP_TARGET_OFFLOAD=MANDATORY
+    assert not [c for c in first if "plain.hip" in c]               # x86_64 is no HIP target: no HIP nodes
+    assert "Ok:                1" in run(project, MESON, "test", "-C", "build")     # OMP_TARGET_OFFLOAD=MANDATORY
     assert ninja(project) == []                                      # a no-op runs nothing
 
 
@@ -75,7 +76,8 @@ def test_meson_adds_a_target_without_host_front_ends_and_rebuilds_only_what_chan
     run(project, MESON, "setup", "build", "meson")
     ninja(project)
     run(project, MESON, "configure", "build", "-Doffload_archs=x86_64,gfx90a")
-    added = ninja(project)
+    # The first gfx target also brings the HIP source's nodes (tested below): count the OpenMP program's.
+    added = [c for c in ninja(project) if "plain" not in c and "hip_check" not in c]
     assert phases(added, "host") == []
     device = phases(added, "device")
     assert len(device) == 2 and all("--target gfx90a" in c for c in device)
@@ -98,6 +100,38 @@ def test_meson_adds_a_target_without_host_front_ends_and_rebuilds_only_what_chan
     assert len(commented) == 3
     assert ninja(project) == []
     assert "Ok:" in run(project, MESON, "test", "-C", "build")
+
+
+def test_meson_builds_the_hip_source_for_each_gfx_target_and_adds_one_alone(project):
+    """The HIP source gets one device node per gfx target of offload_archs, the fat binary and the host compile;
+    its test (a stand-in HIP runtime) checks the fat binary holds one code object per gfx target and the kernel
+    is registered and launched. Adding a gfx target runs that target's HIP device node, the bundle, the host
+    compile and the link, and no other HIP work; the default CUID is the same in another build directory."""
+    run(project, MESON, "setup", "build", "meson", "-Doffload_archs=x86_64,gfx90a")
+    first = ninja(project)
+    device = phases(first, "device", "plain.hip")
+    assert len(device) == 1 and "--target gfx90a" in device[0]
+    assert len(phases(first, "bundle", "plain.hip")) == 1 and len(phases(first, "host", "plain.hip")) == 1
+    tested = run(project, MESON, "test", "-C", "build", "-v")
+    assert "gfx90a: 1 code object(s)" in tested and "launched 1; 2 fat binary entries: Ok" in tested
+
+    run(project, MESON, "configure", "build", "-Doffload_archs=x86_64,gfx90a,gfx1030")
+    added = ninja(project)
+    hip = [c for c in added if "plain" in c]
+    device = phases(hip, "device")
+    assert len(device) == 1 and "--target gfx1030" in device[0]
+    assert len(phases(hip, "bundle")) == 1 and len(phases(hip, "host")) == 1
+    assert len([c for c in hip if " -o hip_check " in c]) == 1 and len(hip) == 4
+    assert phases(added, "host", ".cpp") == []
+    tested = run(project, MESON, "test", "-C", "build", "-v")
+    assert "gfx90a: 1 code object(s)" in tested and "gfx1030: 1 code object(s)" in tested
+    assert "launched 1; 3 fat binary entries: Ok" in tested and "Ok:                2" in tested
+    assert ninja(project) == []
+
+    # Another build directory, deeper (the source is ../../meson/../mixed/src/plain.hip there): the same object.
+    run(project, MESON, "setup", "other/deeper", "meson", "-Doffload_archs=x86_64,gfx90a,gfx1030")
+    run(project, NINJA, "-C", "other/deeper", "plain.o")
+    assert (project / "other" / "deeper" / "plain.o").read_bytes() == (project / "build" / "plain.o").read_bytes()
 
 
 def test_meson_rejects_a_bad_target_list_at_configure_time(project):
