@@ -604,8 +604,12 @@ def _gpu_device(opts: _Options, model: str) -> int:
     partial = _partial(opts.output)
     with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
         headers_file = os.path.join(scratch, "deps.d")
-        compiled = (_partial(ptx) if ptx is not None else os.path.join(scratch, "device" + steps.compile_suffix)) \
-            if second is not None else partial
+        if second is None:
+            compiled = partial                      # HIP with -fgpu-rdc: the device bitcode is the output
+        elif ptx is not None:
+            compiled = _partial(ptx)                # CUDA: the PTX is kept for the fat binary
+        else:
+            compiled = os.path.join(scratch, "device" + steps.compile_suffix)
         ran = [steps.compile.render(source=source, main_file_name=os.path.basename(source), output=compiled,
                                     **cuid)]
         try:
