@@ -37,6 +37,12 @@ void scale(double *x, int n) {
 """
 
 
+def test_the_empty_runtime_module_is_its_source_assembled(llvm19, tmp_path):
+    source = nvptx_runtime.NO_RUNTIME_BITCODE.with_suffix(".ll")
+    subprocess.run([str(llvm19("llvm-as")), str(source), "-o", str(tmp_path / "x.bc")], check=True)
+    assert (tmp_path / "x.bc").read_bytes() == nvptx_runtime.NO_RUNTIME_BITCODE.read_bytes()
+
+
 def test_stub_object_holds_exactly_the_interface(llvm19):
     symbols = [InterfaceSymbol("__kmpc_a", False, False), InterfaceSymbol("__kmpc_w", False, True),
                InterfaceSymbol("__omp_d", True, False), InterfaceSymbol("__omp_rtl_x", True, True)]

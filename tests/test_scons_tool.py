@@ -272,6 +272,28 @@ def test_a_kernel_edit_skips_the_nvptx_device_runtime_node(project):
     assert image.read_bytes() == split
 
 
+def test_device_code_calling_the_nvptx_runtime_links_it_once(project):
+    """With ``nvptx_runtime.link_time_runtime_flags()`` the device compiles leave the runtime out, so the cubins
+    call it: its node links what they call (seconds of LTO and ptxas) once; a kernel edit runs nvlink alone, and
+    the image is still the one-step device link's."""
+    from offload_builders.nvptx_runtime import link_time_runtime_flags
+
+    archs, flags = "archs=x86_64,sm_80", "target_flags=sm_80=" + " ".join(link_time_runtime_flags())
+    first = project.scons(archs, flags, "runtime_phases=1")
+    assert first.count("RUNTIMELINK", ".sm_80.") == 1
+    needed = (project.root / "build" / "prog.sm_80.devicertl.syms").read_text()
+    assert "__kmpc_parallel_51 U" in needed and "__kmpc_target_init U" in needed, needed
+    scale = project.root / "src" / "scale.cpp"
+    scale.write_text(scale.read_text().replace("x[i] *= factor * SCALE_ONE;", "x[i] = x[i] * factor + 1e-300;"))
+    edited = project.scons(archs, flags, "runtime_phases=1")
+    assert edited.count("DEVICELINK", ".sm_80.") == 1 and edited.count("RUNTIMELINK") == 0, edited.output
+    assert project.run_program().returncode == 0
+    image = project.root / "build" / "prog.sm_80.img"
+    split = image.read_bytes()
+    project.scons(archs, flags, "runtime_phases=1", "nvptx_runtime_node=0")
+    assert image.read_bytes() == split
+
+
 def test_removing_a_target_compiles_nothing(project):
     project.scons("archs=x86_64,sm_80,gfx90a")
     removed = project.scons("archs=x86_64,gfx90a")
