@@ -44,7 +44,6 @@ from offload_builders.formats.offload_binary import (
 )
 from offload_builders.toolchain import Toolchain
 
-
 #: An empty NVPTX module (``data/nvptx-no-devicertl.ll``, assembled by ``llvm-as``) to give the device compile as
 #: the runtime (:func:`link_time_runtime_flags`).
 NO_RUNTIME_BITCODE = Path(__file__).with_name("data") / "nvptx-no-devicertl.bc"
