@@ -62,7 +62,11 @@ class Process:
                 return "host front end"
             return "other -cc1"
         if program == "ptxas":
-            return "assemble" if "--gpu-name" in args else "device link: ptxas"
+            if "--gpu-name" in args:
+                return "assemble"
+            return "device runtime: ptxas" if any(a.endswith("devicertl.s") for a in args) else "device link: ptxas"
+        if program == "clang-nvlink-wrapper" and "--lto-emit-asm" in args:
+            return "device runtime: LTO"  # the NVPTX device runtime's own node (offload_builders.nvptx_runtime)
         if program in ("clang-nvlink-wrapper", "nvlink"):
             return f"device link: {program}"
         if program == "ld.lld":
@@ -158,9 +162,10 @@ def test_a_full_build_starts_each_phase_once_per_node(project, traced):
     built = traced(project, ARCHS)
     assert built.kinds(ignore=("bitcode reader", "probe")) == {
         "host front end": 2, "device compile": 6, "assemble": 2, "embed": 2,
-        # the program: x86_64 and gfx90a through ld.lld, sm_80 through clang-nvlink-wrapper (ptxas, nvlink)
-        "device link: ld.lld": 2, "device link: clang-nvlink-wrapper": 1, "device link: ptxas": 1,
-        "device link: nvlink": 1, "host link": 1,
+        # the program: x86_64 and gfx90a through ld.lld; sm_80: the device runtime's node (LTO, ptxas: main.cpp's
+        # generic kernel calls into it), then clang-nvlink-wrapper runs nvlink alone
+        "device link: ld.lld": 2, "device runtime: LTO": 1, "device runtime: ptxas": 1,
+        "device link: clang-nvlink-wrapper": 1, "device link: nvlink": 1, "host link": 1,
     }, built.processes
     compiled = collections.Counter((p.option("-main-file-name"), p.target) for p in built.of_kind("device compile"))
     assert compiled == {(source, target): 1 for source in ("main.cpp", "scale.cpp")
@@ -179,14 +184,45 @@ def test_adding_a_target_starts_only_that_targets_processes(project, traced):
     traced(project, ARCHS)
     added = traced(project, ARCHS + ",sm_90")
     assert added.kinds(ignore=("bitcode reader", "probe")) == {
-        "device compile": 2, "assemble": 2, "embed": 2,
-        "device link: clang-nvlink-wrapper": 1, "device link: ptxas": 1, "device link: nvlink": 1, "host link": 1,
+        "device compile": 2, "assemble": 2, "embed": 2, "device runtime: LTO": 1, "device runtime: ptxas": 1,
+        "device link: clang-nvlink-wrapper": 1, "device link: nvlink": 1, "host link": 1,
     }, added.processes
     assert {p.target for p in added.of_kind("device compile")} == {"sm_90"}
     assert {p.option("--gpu-name") for p in added.of_kind("assemble")} == {"sm_90"}
     # The driver is asked only about the new target (its compile and its device link).
     probes = added.of_kind("probe")
     assert probes and all(any("sm_90" in a for a in p.argv) for p in probes), probes
+
+
+def test_an_nvptx_device_code_edit_relinks_with_nvlink_alone(project, traced):
+    """Editing one source's device code: its host front end, device compile, ptxas and embed, then the device
+    link, which is nvlink alone. The device runtime's LTO and ptxas (main.cpp's generic kernel calls into the
+    runtime) do not run again: what the cubins take from the runtime did not change."""
+    traced(project, "archs=sm_80")
+    scale = project.root / "src" / "scale.cpp"
+    scale.write_text(scale.read_text().replace("x[i] *= factor * SCALE_ONE;", "x[i] = x[i] * factor + 1e-300;"))
+    edited = traced(project, "archs=sm_80")
+    assert edited.kinds(ignore=("bitcode reader", "probe")) == {
+        "host front end": 1, "device compile": 1, "assemble": 1, "embed": 1,
+        "device link: clang-nvlink-wrapper": 1, "device link: nvlink": 1, "host link": 1,
+    }, edited.processes
+    assert [p.option("-main-file-name") for p in edited.of_kind("device compile")] == ["scale.cpp"]
+
+
+def test_the_nvptx_device_runtime_links_again_when_the_cubins_need_other_symbols(project, traced):
+    """Whether main.cpp's kernel needs the runtime at link time (a generic kernel) or not (``target parallel``,
+    SPMD) changes what the cubins take from it: the runtime's node runs again, and links only when needed."""
+    traced(project, "archs=sm_80")
+    main = project.root / "src" / "main.cpp"
+    generic = main.read_text()
+    main.write_text(generic.replace("#pragma omp target map(", "#pragma omp target parallel num_threads(1) map("))
+    spmd = traced(project, "archs=sm_80").kinds(ignore=("bitcode reader", "probe"))
+    assert not any(kind.startswith("device runtime") or kind == "device link: ptxas" for kind in spmd), spmd
+    assert spmd["device link: nvlink"] == 1
+    main.write_text(generic)
+    again = traced(project, "archs=sm_80").kinds(ignore=("bitcode reader", "probe"))
+    assert (again["device runtime: LTO"], again["device runtime: ptxas"], again["device link: nvlink"]) == (1, 1, 1)
+    assert "device link: ptxas" not in again, again
 
 
 def test_removing_a_target_starts_no_compile_and_no_probe(project, traced):

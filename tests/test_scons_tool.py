@@ -39,6 +39,11 @@ SCONSTRUCT = textwrap.dedent("""
     )
     for phase in %(phases)r if not ARGUMENTS.get("commands") else ():
         env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
+    if ARGUMENTS.get("runtime_phases"):  # the NVPTX device runtime's nodes (offload_builders.nvptx_runtime)
+        for phase in ("RUNTIMESYMS", "RUNTIMELINK"):
+            env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
+    if ARGUMENTS.get("nvptx_runtime_node"):
+        env["OFFLOAD_NVPTX_RUNTIME_NODE"] = ARGUMENTS["nvptx_runtime_node"] == "1"
     if ARGUMENTS.get("target_flags"):
         target, _, flags = ARGUMENTS["target_flags"].partition("=")
         env["OFFLOAD_TARGET_FLAGS"] = {target: flags.split()}
@@ -244,6 +249,49 @@ def test_adding_a_target_compiles_only_that_target(project):
     assert added.count("WRAP") == 1
     assert len(added.commands) == 9 + 4 + 1 + 1
     assert project.run_program().returncode == 0
+
+
+def test_a_kernel_edit_skips_the_nvptx_device_runtime_node(project):
+    """The sm_80 image's device runtime part (its LTO and ptxas) is a node of its own whose inputs are what the
+    cubins take from the runtime: a kernel edit reruns the cheap in-process interface node, which writes the
+    same bytes, so SCons skips the runtime's link; the image is the one-step device link's, byte for byte."""
+    archs = "archs=x86_64,sm_80"
+    first = project.scons(archs, "runtime_phases=1")
+    assert (first.count("RUNTIMESYMS", ".sm_80."), first.count("RUNTIMELINK", ".sm_80.")) == (1, 1), first.output
+    assert first.count("RUNTIMESYMS") == 1  # none for x86_64
+    scale = project.root / "src" / "scale.cpp"
+    scale.write_text(scale.read_text().replace("x[i] *= factor * SCALE_ONE;", "x[i] = x[i] * factor + 1e-300;"))
+    edited = project.scons(archs, "runtime_phases=1")
+    assert edited.count("ASSEMBLE") == 1 and edited.count("DEVICELINK", ".sm_80.") == 1
+    assert edited.count("RUNTIMESYMS") == 1 and edited.count("RUNTIMELINK") == 0, edited.output
+    assert project.run_program().returncode == 0
+    image = project.root / "build" / "prog.sm_80.img"
+    split = image.read_bytes()
+    one_step = project.scons(archs, "runtime_phases=1", "nvptx_runtime_node=0")
+    assert one_step.count("DEVICELINK", ".sm_80.") == 1 and "RUNTIME" not in one_step.output
+    assert image.read_bytes() == split
+
+
+def test_device_code_calling_the_nvptx_runtime_links_it_once(project):
+    """With ``nvptx_runtime.link_time_runtime_flags()`` the device compiles leave the runtime out, so the cubins
+    call it: its node links what they call (seconds of LTO and ptxas) once; a kernel edit runs nvlink alone, and
+    the image is still the one-step device link's."""
+    from offload_builders.nvptx_runtime import link_time_runtime_flags
+
+    archs, flags = "archs=x86_64,sm_80", "target_flags=sm_80=" + " ".join(link_time_runtime_flags())
+    first = project.scons(archs, flags, "runtime_phases=1")
+    assert first.count("RUNTIMELINK", ".sm_80.") == 1
+    needed = (project.root / "build" / "prog.sm_80.devicertl.syms").read_text()
+    assert "__kmpc_parallel_51 U" in needed and "__kmpc_target_init U" in needed, needed
+    scale = project.root / "src" / "scale.cpp"
+    scale.write_text(scale.read_text().replace("x[i] *= factor * SCALE_ONE;", "x[i] = x[i] * factor + 1e-300;"))
+    edited = project.scons(archs, flags, "runtime_phases=1")
+    assert edited.count("DEVICELINK", ".sm_80.") == 1 and edited.count("RUNTIMELINK") == 0, edited.output
+    assert project.run_program().returncode == 0
+    image = project.root / "build" / "prog.sm_80.img"
+    split = image.read_bytes()
+    project.scons(archs, flags, "runtime_phases=1", "nvptx_runtime_node=0")
+    assert image.read_bytes() == split
 
 
 def test_removing_a_target_compiles_nothing(project):

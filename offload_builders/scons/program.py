@@ -29,12 +29,14 @@ only HIP code whose link needs a device-runtime member gets OpenMP's registratio
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import SCons.Builder
 import SCons.Errors
 import SCons.Warnings
 
-from offload_builders import linking, registration
+from offload_builders import linking, nvptx_runtime, registration
+from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.scons import cuda, hip, openmp
@@ -43,12 +45,14 @@ from offload_builders.scons.common import (
     FUNCTION_PHASE_VARLIST,
     OffloadLinkWarning,
     check_tools_for,
+    clean_leftovers,
     extract_device_inputs,
     function_phase,
     in_process_action,
     model_targets_for,
     partial_path,
     program_link_nodes,
+    scanned_inputs,
     selected_targets,
     static_libraries,
     toolchain_for,
@@ -74,6 +78,11 @@ def _device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
     if problems:
         raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
     files = linking.select_device_files(scanned, key)
+    runtime = getattr(target[0].attributes, "offload_nvptx_runtime", None)
+    if runtime is not None and files and os.path.getsize(str(runtime)):
+        split = nvptx_runtime.split_device_files(files, linking.device_runtime(toolchain_for(env)))
+        if split is not None:  # the runtime's cubin in place of its bitcode, first: clang-nvlink-wrapper's order
+            files = [*nvptx_runtime.read_runtime_package(str(runtime)), *split.user]
     if not files:
         what = ("HIP device code", "code object") if _model(env) == HIP else ("device code", "image")
         SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no {what[0]} for {tid} in any input: the program"
@@ -138,6 +147,93 @@ def offload_wrap(target, source, env) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------------
+# The NVPTX device runtime's own nodes (see offload_builders.nvptx_runtime).
+
+#: The nodes of one NVPTX image's runtime part: what the user's cubins take from the runtime, the runtime's
+#: selected bitcode (a device input file), and its linked cubin (a device input file of one image).
+RUNTIME_NODE_NAMES = ("{program}.{target}.devicertl.syms", "{program}.{target}.devicertl.devin",
+                      "{program}.{target}.devicertl.pkg")
+
+
+def _lto_job(target, source, env) -> CommandTemplate | None:
+    """The target's device-link job (``clang-nvlink-wrapper``), as probed when the program was declared, for
+    the flags the device link renders now; None where it is not that (the driver then links in one step)."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
+                                            target=target, source=source)[0]]
+    job = linking.known_device_link(toolchain_for(env), linking.group_key(tid), flags=flags)
+    return job if job is not None and nvptx_runtime.is_nvlink_wrapper_job([str(job.argv[0])]) else None
+
+
+def offload_runtime_symbols(target, source, env) -> int:
+    """``$OFFLOAD_RUNTIMESYMSCOM``: from the link inputs, write what one NVPTX target's cubins take from the
+    device runtime (the interface) and the runtime's selected bitcode; both empty where the link is not split."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    split = None
+    if _lto_job(target, source, env) is not None:
+        files = linking.select_device_files(scanned_inputs([str(node) for node in source]), linking.group_key(tid))
+        split = nvptx_runtime.split_device_files(files, linking.device_runtime(toolchain_for(env)))
+    try:
+        with open(partial_path(env, target[0]), "wb") as f:
+            f.write(nvptx_runtime.format_interface(nvptx_runtime.interface(split) if split else []))
+        linking.write_device_inputs(list(split.runtime) if split else [], partial_path(env, target[1]))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
+def offload_runtime_link(target, source, env) -> int:
+    """``$OFFLOAD_RUNTIMELINKCOM``: link the runtime's part of one NVPTX image from the interface and the
+    runtime's bitcode alone (LTO and ptxas, as the one-step device link would), or write an empty file."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    job = _lto_job(target, source, env)
+    scratch = str(target[0]) + ".inputs"
+    os.makedirs(scratch, exist_ok=True)
+    try:
+        if job is None:
+            open(partial_path(env, target[0]), "wb").close()
+        else:
+            nvptx_runtime.link_runtime(
+                lambda inputs, output: linking.render_device_link(job, inputs, output), toolchain_for(env),
+                linking.group_key(tid), str(source[0]), str(source[1]), partial_path(env, target[0]), scratch,
+                toolchain_for(env).major)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    finally:
+        for name in os.listdir(scratch):
+            os.unlink(os.path.join(scratch, name))
+        os.rmdir(scratch)
+    return 0
+
+
+#: What the runtime's link reads besides its two files: the device link's flags, the compiler, the target.
+RUNTIME_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAGS", "_OFFLOAD_TARGET_LINKFLAGS")
+RUNTIMESYMS_IN_PROCESS = in_process_action(offload_runtime_symbols, "RUNTIMESYMS", RUNTIME_VARLIST)
+RUNTIMELINK_IN_PROCESS = in_process_action(offload_runtime_link, "RUNTIMELINK", RUNTIME_VARLIST)
+_RUNTIMESYMS_BUILDER = SCons.Builder.Builder(action=function_phase("RUNTIMESYMS", varlist=RUNTIME_VARLIST),
+                                             emitter=CLEAN_LEFTOVERS)
+_RUNTIMELINK_BUILDER = SCons.Builder.Builder(action=function_phase("RUNTIMELINK", varlist=RUNTIME_VARLIST),
+                                             emitter=clean_leftovers([".inputs"]))
+
+
+def _runtime_nodes(env, program, inputs, targets: Sequence[TargetID], images: list) -> None:
+    """For each NVPTX image, the runtime's nodes in front of its extract node (``$OFFLOAD_NVPTX_RUNTIME_NODE``,
+    default on): the extract then puts the runtime's cubin in place of the runtime's bitcode."""
+    if not env.get("OFFLOAD_NVPTX_RUNTIME_NODE", True):
+        return
+    for tid, image in zip(targets, images):
+        if tid.kind != "nvptx":
+            continue
+        names = [program.dir.File(name.format(program=program.name, target=tid.file_token))
+                 for name in RUNTIME_NODE_NAMES]
+        symbols = _RUNTIMESYMS_BUILDER(env, names[:2], inputs, OFFLOAD_TARGET=str(tid))
+        runtime = _RUNTIMELINK_BUILDER(env, names[2:], symbols, OFFLOAD_TARGET=str(tid))
+        extract = image.sources[0]
+        extract.attributes.offload_nvptx_runtime = runtime[0]
+        env.Depends(extract, runtime)
+
+
 #: The wrap node's signature: the targets, the compiler and the HIP fat binary's parameters.
 WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
 EXTRACT_IN_PROCESS = in_process_action(offload_extract, "EXTRACT", FUNCTION_PHASE_VARLIST)
@@ -167,6 +263,7 @@ def program_emitter(target, source, env):
     openmp.check_deploy_devices(env)
     inputs = list(source) + static_libraries(env) + [openmp.device_runtime(env)]
     images = program_link_nodes(env, program, inputs, targets, OPENMP, _WRAP_BUILDER, probe=True)
+    _runtime_nodes(env, program, inputs, targets, images)
     program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
     return target, source
 
@@ -201,7 +298,12 @@ def generate(env) -> None:
         env["OFFLOAD_EXTRACTCOM"] = EXTRACT_IN_PROCESS
     if "OFFLOAD_WRAPCOM" not in env:
         env["OFFLOAD_WRAPCOM"] = WRAP_IN_PROCESS
+    if "OFFLOAD_RUNTIMESYMSCOM" not in env:
+        env["OFFLOAD_RUNTIMESYMSCOM"] = RUNTIMESYMS_IN_PROCESS
+    if "OFFLOAD_RUNTIMELINKCOM" not in env:
+        env["OFFLOAD_RUNTIMELINKCOM"] = RUNTIMELINK_IN_PROCESS
 
 
-__all__ = ["EXTRACT_IN_PROCESS", "WRAP_IN_PROCESS", "generate", "host_runtime", "offload_extract", "offload_wrap",
-           "program_emitter", "wrapper_object"]
+__all__ = ["EXTRACT_IN_PROCESS", "RUNTIMELINK_IN_PROCESS", "RUNTIMESYMS_IN_PROCESS", "RUNTIME_NODE_NAMES",
+           "WRAP_IN_PROCESS", "generate", "host_runtime", "offload_extract", "offload_runtime_link",
+           "offload_runtime_symbols", "offload_wrap", "program_emitter", "wrapper_object"]
