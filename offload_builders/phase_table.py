@@ -24,6 +24,8 @@ class Phase(enum.Enum):
     PACKAGE = "PACKAGE"        # offload binary of a source's device images (OpenMP, HIP RDC)
     EMBED = "EMBED"            # OpenMP: host back end embedding the package, the object itself
     AR = "AR"                  # static library
+    RUNTIMESYMS = "RUNTIMESYMS"  # NVPTX, OpenMP: what the cubins take from the device runtime, and its bitcode
+    RUNTIMELINK = "RUNTIMELINK"  # NVPTX, OpenMP: the device runtime's LTO and ptxas, for that interface alone
     EXTRACT = "EXTRACT"        # the device files one target's link needs
     WRAP = "WRAP"              # registration code for the linked images
     LINK = "LINK"              # host link, the program itself
@@ -110,7 +112,12 @@ PHASES: tuple[PhaseRow, ...] = (
     # Both models, the static library.
     PhaseRow(Phase.AR, MODELS, "archive", "{program}", Scope.PROGRAM, _L, _CMD,
              "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES"),
-    # The program: per target ID extract and device link, one wrap, the host link.
+    # The program: per target ID extract and device link, one wrap, the host link; for an OpenMP NVPTX target
+    # first the device runtime's interface (a second output: the runtime's selected bitcode) and its link.
+    PhaseRow(Phase.RUNTIMESYMS, (OPENMP,), "device runtime interface", "{program}.{target}.devicertl.syms",
+             Scope.TARGET, _L, _ACT, "RUNTIMESYMS_IN_PROCESS"),
+    PhaseRow(Phase.RUNTIMELINK, (OPENMP,), "device runtime link", "{program}.{target}.devicertl.pkg", Scope.TARGET,
+             _L, _ACT, "RUNTIMELINK_IN_PROCESS"),
     PhaseRow(Phase.EXTRACT, MODELS, "extract", "{program}.{target}.devin", Scope.TARGET, _L, _ACT,
              "EXTRACT_IN_PROCESS"),
     PhaseRow(Phase.DEVICELINK, (OPENMP,), "device link", "{program}.{target}.img", Scope.TARGET, _L, _CMD,

@@ -38,7 +38,7 @@ import SCons.Warnings
 from offload_builders import linking, nvptx_runtime, registration
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import CUDA, HIP, OPENMP
+from offload_builders.phase_table import CUDA, HIP, LINK, OPENMP, Phase, row
 from offload_builders.scons import cuda, hip, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
@@ -152,8 +152,9 @@ def offload_wrap(target, source, env) -> int:
 
 #: The nodes of one NVPTX image's runtime part: what the user's cubins take from the runtime, the runtime's
 #: selected bitcode (a device input file), and its linked cubin (a device input file of one image).
-RUNTIME_NODE_NAMES = ("{program}.{target}.devicertl.syms", "{program}.{target}.devicertl.devin",
-                      "{program}.{target}.devicertl.pkg")
+RUNTIME_NODE_NAMES = (row(Phase.RUNTIMESYMS, OPENMP, LINK).node,
+                      row(Phase.RUNTIMESYMS, OPENMP, LINK).node.replace(".syms", ".devin"),
+                      row(Phase.RUNTIMELINK, OPENMP, LINK).node)
 
 
 def _lto_job(target, source, env) -> CommandTemplate | None:
