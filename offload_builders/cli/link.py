@@ -239,6 +239,24 @@ def _print(argv: Sequence[str]) -> None:
     print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
 
 
+#: The runtime each registration calls into, and how a link gets it (the wrapper adds none, nor do we).
+_RUNTIME_HINTS = {
+    "__tgt_register_lib": "the OpenMP images' registration needs libomptarget: link with -fopenmp (or -lomptarget)",
+    "__hipRegisterFatBinary": "the HIP fat binary's registration needs the HIP runtime: link with --hip-link"
+                              " (or -lamdhip64, or your own runtime's library)",
+    "__cudaRegisterFatBinary": "the CUDA fat binary's registration needs the CUDA runtime: add -lcudart (or your"
+                               " own runtime's library)",
+}
+
+
+def _missing_runtime_hint(stderr: str) -> str | None:
+    """What to add to a host link that failed on a registration's runtime entry point."""
+    for symbol, hint in _RUNTIME_HINTS.items():
+        if f"undefined symbol: {symbol}" in stderr or f"undefined reference to `{symbol}'" in stderr:
+            return hint
+    return None
+
+
 def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
     """Run one command; a failed device link of ``target`` on a device-library symbol says which library."""
     if verbose:
@@ -248,7 +266,8 @@ def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
         sys.stderr.write(done.stderr)
         from offload_builders.device_libraries import missing_library_hint
 
-        hint = missing_library_hint(done.stderr, target, "the compile flags") if target else None
+        hint = (missing_library_hint(done.stderr, target, "the compile flags") if target
+                else _missing_runtime_hint(done.stderr))
         raise UsageError(f"'{os.path.basename(argv[0])}' failed with exit code {done.returncode}"
                          + (f": {hint}" if hint else ""))
     if done.stderr:
