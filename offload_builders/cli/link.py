@@ -293,6 +293,7 @@ def _link(opts: _Options) -> int:
     if opts.cuda_path:
         environ["CUDA_PATH"] = opts.cuda_path
     toolchain = find_toolchain(environ)
+    hip_compression = _hip_compression(opts)  # a bad level stops the link before any device link
     output = opts.output or "a.out"
     inputs = link_inputs(opts.linker_args)
     scanned = linking.scan_link_inputs(inputs)
@@ -306,7 +307,7 @@ def _link(opts: _Options) -> int:
     stem = os.path.basename(output)
     try:
         jobs = []
-        kinds_from: list[tuple[linking.GroupKey, str, str]] = []  # (group, image, its device input file)
+        image_inputs: list[tuple[linking.GroupKey, str, str]] = []  # (group, image, its device input file)
         for key, files in groups.items():
             base = os.path.join(temp_root, f"{stem}.{key[0]}.{key[1] or 'native'}".replace(":", "_"))
             device_inputs = base + ".devin"
@@ -323,7 +324,7 @@ def _link(opts: _Options) -> int:
                        linking.device_link_command(toolchain, key, paths, base + ".img", flags=flags,
                                                    host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
-            kinds_from.append((key, base + ".img", device_inputs))
+            image_inputs.append((key, base + ".img", device_inputs))
         if opts.dry_run:
             for _, _, command in jobs:
                 _print(command)
@@ -347,8 +348,8 @@ def _link(opts: _Options) -> int:
             if problems:
                 raise linking.LinkError("; ".join(problems))
             images = [wrapping.LinkedImage(key, image, linking.device_input_kinds(device_inputs, toolchain.major))
-                      for key, image, device_inputs in kinds_from]
-            data = wrapping.registration_object(images, toolchain, wrapper, hip_compression=_hip_compression(opts))
+                      for key, image, device_inputs in image_inputs]
+            data = wrapping.registration_object(images, toolchain, wrapper, hip_compression=hip_compression)
             if data is None:
                 wrapper = None
             else:
