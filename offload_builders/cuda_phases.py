@@ -262,8 +262,31 @@ def package_command(toolchain: Toolchain, images: Sequence[tuple[CudaDeviceSteps
     return argv
 
 
+def program_fatbinary(toolchain: Toolchain, images: Sequence[tuple[str, str]], scratch: str) -> bytes:
+    """The fat binary of a program's CUDA registration, ``images`` as ``(target ID, linked cubin)``: CUDA 13's
+    ``fatbinary --image3=kind=elf,sm=NN`` of each, in target-ID order (Clang 19's linker wrapper writes
+    ``--image=profile=``, which CUDA 13 rejects). Written to ``scratch.fatbin``, read and removed. One writer
+    for the SCons tool's wrap node and ``offload-link`` (:mod:`offload_builders.wrapping`)."""
+    import subprocess
+
+    from offload_builders import registration  # llvmlite: only where a program is wrapped
+    from offload_builders.errors import OffloadError
+
+    fatbin = scratch + ".fatbin"
+    try:
+        argv = registration.cuda_fatbinary_command(str(toolchain.cuda_tool("fatbinary")), sorted(images), fatbin)
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise OffloadError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
+        with open(fatbin, "rb") as f:
+            return f.read()
+    finally:
+        if os.path.exists(fatbin):
+            os.unlink(fatbin)
+
+
 __all__ = [
     "CUDA_LANGUAGE", "CUDA_SUFFIXES", "HOST_PROBE_TARGET", "RESERVED_FLAG_PREFIXES", "CudaDeviceSteps",
     "CudaHostSteps", "CudaPhaseModel", "FatbinImage", "check_flags", "check_targets", "default_flags",
-    "fatbin_order", "fatbinary_command", "package_command", "probe",
+    "fatbin_order", "fatbinary_command", "package_command", "probe", "program_fatbinary",
 ]

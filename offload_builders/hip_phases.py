@@ -273,6 +273,63 @@ def write_fatbin(spec: FatbinSpec, ids: Sequence[str], code_objects: Sequence[st
             os.unlink(plain)
 
 
+# --------------------------------------------------------------------------------------------------
+# A program's fat binary (relocatable device code): what clang-linker-wrapper 19's ``bundleHIP`` writes.
+
+#: The offload kind of clang-linker-wrapper's own bundle entries (``bundleHIP``), not the driver's ``hipv4``.
+LINK_BUNDLE_KIND = "hip"
+
+
+def link_fatbin_spec(compress: bool = False, level: int | None = None) -> FatbinSpec:
+    """The bundler parameters of a program's HIP fat binary: ``clang-offload-bundler -type=o -bundle-align=4096
+    -targets=host-x86_64-unknown-linux,...`` with ``-compress`` (and ``-compression-level=N``) as asked."""
+    return FatbinSpec("o", 4096, "host-x86_64-unknown-linux", os.devnull, compress, level)
+
+
+def link_compression_flags(flags: Iterable[str]) -> tuple[bool, int | None]:
+    """Whether, and at which zstd level, driver flags (a program's compile and link flags) ask the link to
+    compress its HIP fat binary: ``--offload-compress``, ``--no-offload-compress`` (the last wins),
+    ``--offload-compression-level=N``. A level that is not an integer is a ``ValueError`` naming the flag."""
+    compress, level = False, None
+    for flag in flags:
+        if flag == "--offload-compress":
+            compress = True
+        elif flag == "--no-offload-compress":
+            compress = False
+        elif flag.startswith("--offload-compression-level="):
+            try:
+                level = int(flag.partition("=")[2])
+            except ValueError:
+                raise ValueError(f"{flag}: the compression level is an integer") from None
+    return compress, level
+
+
+def program_fatbinary(images: Sequence[tuple[str, str]], compression: CompressionOptions | None, scratch: str, *,
+                      llvm_version: int = 19) -> bytes:
+    """The fat binary of a program's HIP registration, ``images`` as ``(target ID, code object)``: the one
+    ``clang-linker-wrapper`` 19 writes (host entry, then ``hip-amdgcn-amd-amdhsa--<target ID>`` entries by
+    target ID descending, 4096-aligned; ``CCOB`` with Clang's zstd bytes when ``compression`` says so).
+    ``scratch`` is a path prefix for the compressor's files (removed again). One writer for the SCons tool's
+    wrap node and ``offload-link`` (:mod:`offload_builders.wrapping`)."""
+    from offload_builders import registration  # llvmlite: only where a program is wrapped
+
+    ordered = sorted(images, key=lambda image: image[0], reverse=True)
+    fatbin = registration.hip_fatbinary(ordered, offload_kind=LINK_BUNDLE_KIND, llvm_version=llvm_version)
+    if compression is None:
+        return fatbin
+    plain, packed = scratch + ".hipfb.uncompressed", scratch + ".hipfb"
+    try:
+        with open(plain, "wb") as f:
+            f.write(fatbin)
+        compress_file(plain, packed, compression)
+        with open(packed, "rb") as f:
+            return f.read()
+    finally:
+        for path in (plain, packed):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 @dataclass(frozen=True)
 class HipDeviceSteps:
     """Everything one target contributes to one source's object."""
@@ -445,6 +502,7 @@ __all__ = [
     "HIP_RUNTIME_LIBRARY",
     "HIP_SUFFIXES",
     "HOST_PROBE_TARGET",
+    "LINK_BUNDLE_KIND",
     "PROBE_CUID",
     "RDC_FLAGS",
     "FatbinSpec",
@@ -463,6 +521,9 @@ __all__ = [
     "hip_runtime_library",
     "include_flags",
     "is_rdc",
+    "link_compression_flags",
+    "link_fatbin_spec",
     "probe",
+    "program_fatbinary",
     "write_fatbin",
 ]

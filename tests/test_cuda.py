@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -254,6 +255,41 @@ def test_clang19_rdc_program_links_through_our_nodes(project, llvm19):
     added = project.scons("offload_rdc=1", "program=0", "rdc_program=1", "archs=sm_80,sm_90,sm_86")
     assert targets_of(added, "DEVICE") == ["scale.sm_86.dev.s", "shift.sm_86.dev.s"]
     assert targets_of(added, "DEVICELINK") == ["rdc_prog.sm_86.img"]
+
+
+OFFLOAD_LINK = str(Path(sys.executable).with_name("offload-link"))
+
+
+def test_offload_link_registers_cuda_rdc_code_as_the_scons_link_does(project, llvm19):
+    """``offload-link``, run by the driver in clang-linker-wrapper's place with the flags a Meson build links
+    with (``--print-link-args``), registers the linked cubins as the SCons link does: one CUDA 13 fat binary
+    (the SCons program's ``.nv_fatbin`` byte for byte) behind ``__cudaRegisterFatBinary``, not as OpenMP
+    images (the OpenMP device runtime's members it links register with libomptarget, in both links, as with
+    Clang); the stub CUDA runtime sees each kernel registered once and launched once. Without OpenMP's flags
+    the program registers the CUDA fat binary alone and needs no libomptarget."""
+    project.scons("offload_rdc=1", "program=0", "rdc_program=1")
+    link_args = subprocess.run([OFFLOAD_LINK, "--print-link-args"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    shim = next(arg for arg in link_args if arg.startswith("-B"))
+    objects = [f"{stem}.o" for stem in ("scale", "shift", "main", "stub_runtime")]
+    theirs = project.root / "rdc_prog"
+    for name, flags in (("ours", link_args), ("cuda_only", ["--offload-link", shim])):
+        linked = subprocess.run([str(llvm19("clang++")), "-fuse-ld=lld", *objects, *flags, "-o", name],
+                                cwd=project.root, capture_output=True, text=True)
+        assert linked.returncode == 0, linked.stderr
+        ours = project.root / name
+        assert fatbin_entries(ours) == [("elf", "sm_80"), ("elf", "sm_90")]
+        payloads = [(p.format, p.kind) for p in inspect_file(ours).payloads]
+        if name == "ours":  # the same device files (the device runtime's members too): the same cubins
+            assert _nv_fatbin(llvm19, ours) == _nv_fatbin(llvm19, theirs)
+            assert payloads == [(p.format, p.kind) for p in inspect_file(theirs).payloads]
+            runtime = dict(os.environ, LD_LIBRARY_PATH=str(llvm19("clang").parent.parent / "lib"))
+        else:
+            assert payloads == [("nvidia fatbin", "cuda")]
+            runtime = dict(os.environ)
+        ran = subprocess.run([str(ours)], capture_output=True, text=True, env=runtime)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "binaries=1 registered=3 launched=3: ok" in ran.stdout, ran.stdout
 
 
 def curand_include() -> Path:

@@ -373,6 +373,41 @@ def test_the_rdc_program_embeds_what_clangs_one_command_link_embeds(sample, llvm
             "_Z5saxpyifPKfPf", "_Z7stenciliPKfPf", "_Z7rescaleiPf"}
 
 
+OFFLOAD_LINK = str(Path(sys.executable).with_name("offload-link"))
+
+
+def test_offload_link_registers_the_rdc_program_as_the_scons_link_does(sample, llvm19):
+    """The same objects linked by the driver with ``offload-link`` in clang-linker-wrapper's place
+    (``-B<shim dir> --offload-link``): the code objects go in the HIP fat binary, registered by
+    ``__hipRegisterFatBinary`` (not as OpenMP images: no ``__tgt_register_lib``), its ``.hip_fatbin`` the SCons
+    program's byte for byte, and the stub runtime sees the same registrations and launches. With
+    ``--offload-compress`` (which Clang 19's own wrapper cannot link) the compressed bytes are the SCons link's
+    with ``compress=2``. Without a HIP runtime the link fails with one line saying what to add."""
+    shim = subprocess.run([OFFLOAD_LINK, "--print-shim-dir"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    objects = [f"build/{stem}.o" for stem in (*RDC_SOURCES, "main", "stub_runtime")]
+    for scons_args, flags in (((), ()), (("compress=2",), ("--offload-compress",))):
+        sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1", *scons_args)
+        linked = subprocess.run([str(llvm19("clang++")), f"-B{shim}", "--offload-link", *flags, "-fuse-ld=lld",
+                                 *objects, "-o", "ours"], cwd=sample.root, capture_output=True, text=True)
+        assert linked.returncode == 0, linked.stderr
+        ours, theirs = sample.root / "ours", sample.root / "build" / "prog"
+        assert _section(llvm19, ours, ".hip_fatbin") == _section(llvm19, theirs, ".hip_fatbin")
+        assert _section(llvm19, ours, ".hip_fatbin")[:4] == (b"CCOB" if flags else b"__CL")
+        symbols = subprocess.run([str(llvm19("llvm-nm")), str(ours)], capture_output=True, text=True,
+                                 check=True).stdout
+        assert "__hipRegisterFatBinary" in symbols and "__tgt_register_lib" not in symbols
+        runs = [subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout
+                for program in (ours, theirs)]
+        assert runs[0] == runs[1] and "kernel _Z7rescaleiPf" in runs[0] and "launch grid=16 block=64" in runs[0]
+    # Without a HIP runtime (the stub here; --hip-link gives libamdhip64) the link says what to add, in one line.
+    linked = subprocess.run([str(llvm19("clang++")), f"-B{shim}", "--offload-link", "-fuse-ld=lld", *objects[:-1],
+                             "-o", "ours"], cwd=sample.root, capture_output=True, text=True)
+    assert linked.returncode != 0 and "Traceback" not in linked.stderr
+    assert ("offload-link: error: 'ld.lld' failed with exit code 1: the HIP fat binary's registration needs the HIP"
+            " runtime: link with --hip-link (or -lamdhip64, or your own runtime's library)") in linked.stderr
+
+
 def test_adding_a_target_id_links_one_more_code_object(sample):
     sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1")
     assert sample.scons(f"offload_archs={BASE_ARCHS}", "rdc=1", "program=1").commands == []

@@ -197,12 +197,26 @@ def test_dry_run_prints_the_commands_and_writes_nothing(objects, llvm19):
     (["--linker-path=/usr/bin/ld", "--embed-bitcode", "main.o"], "--embed-bitcode"),
     (["--linker-path=/usr/bin/ld", "--host-triple=aarch64-apple-darwin", "main.o"], "x86_64 Linux"),
     (["--linker-path=/usr/bin/ld", "-lnosuchlibrary", "main.o"], "-lnosuchlibrary"),
+    (["--linker-path=/usr/bin/ld", "--compression-level=fast", "main.o"],
+     "--compression-level: expected an integer, got 'fast'"),
 ])
 def test_usage_errors_are_one_line(objects, args, message):
     done = _offload_link(*args, cwd=objects / "x86")
     assert done.returncode == 1
     assert done.stderr.startswith("offload-link: error:") and message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_a_link_without_device_code_gets_no_registration_code(objects, llvm19, tmp_path):
+    """As with clang-linker-wrapper, host objects alone link through offload-link with no registration object,
+    so they need no offload runtime (an empty OpenMP descriptor would need libomptarget)."""
+    (tmp_path / "plain.cpp").write_text("int main() { return 0; }\n")
+    clangxx = str(llvm19("clang++"))
+    subprocess.run([clangxx, "-c", "plain.cpp"], cwd=tmp_path, check=True)
+    linked = subprocess.run([clangxx, f"-B{objects / 'shim'}", "--offload-link", "-fuse-ld=lld", "plain.o", "-o",
+                             "plain"], cwd=tmp_path, capture_output=True, text=True)
+    assert linked.returncode == 0, linked.stderr
+    assert subprocess.run([str(tmp_path / "plain")]).returncode == 0
 
 
 def test_damaged_input_is_one_line_naming_the_file(objects, llvm19, tmp_path):

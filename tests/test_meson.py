@@ -76,8 +76,8 @@ def test_meson_adds_a_target_without_host_front_ends_and_rebuilds_only_what_chan
     run(project, MESON, "setup", "build", "meson")
     ninja(project)
     run(project, MESON, "configure", "build", "-Doffload_archs=x86_64,gfx90a")
-    # The first gfx target also brings the HIP source's nodes (tested below): count the OpenMP program's.
-    added = [c for c in ninja(project) if "plain" not in c and "hip_check" not in c]
+    # The first gfx target also brings the HIP sources' nodes (tested below): count the OpenMP program's.
+    added = [c for c in ninja(project) if "plain" not in c and "hip_check" not in c and "rdc" not in c]
     assert phases(added, "host") == []
     device = phases(added, "device")
     assert len(device) == 2 and all("--target gfx90a" in c for c in device)
@@ -106,7 +106,9 @@ def test_meson_builds_the_hip_source_for_each_gfx_target_and_adds_one_alone(proj
     """The HIP source gets one device node per gfx target of offload_archs, the fat binary and the host compile;
     its test (a stand-in HIP runtime) checks the fat binary holds one code object per gfx target and the kernel
     is registered and launched. Adding a gfx target runs that target's HIP device node, the bundle, the host
-    compile and the link, and no other HIP work; the default CUID is the same in another build directory."""
+    compile and the link, and no other HIP work; the default CUID is the same in another build directory.
+    The HIP relocatable-device-code sources (one kernel calls the other's device function) link through
+    offload-link, which registers their code objects in a HIP fat binary: one entry per gfx target."""
     run(project, MESON, "setup", "build", "meson", "-Doffload_archs=x86_64,gfx90a")
     first = ninja(project)
     device = phases(first, "device", "plain.hip")
@@ -114,6 +116,9 @@ def test_meson_builds_the_hip_source_for_each_gfx_target_and_adds_one_alone(proj
     assert len(phases(first, "bundle", "plain.hip")) == 1 and len(phases(first, "host", "plain.hip")) == 1
     tested = run(project, MESON, "test", "-C", "build", "-v")
     assert "gfx90a: 1 code object(s)" in tested and "launched 1; 2 fat binary entries: Ok" in tested
+    rdc = [c for c in first if "rdc" in c]
+    assert len(phases(rdc, "device")) == 2 and len(phases(rdc, "package")) == 2 and len(phases(rdc, "host")) == 2
+    assert "entries=2" in tested and "HIP kernel _Z14rescale_kernelPi: registered 1, launched 1" in tested
 
     run(project, MESON, "configure", "build", "-Doffload_archs=x86_64,gfx90a,gfx1030")
     added = ninja(project)
@@ -123,9 +128,13 @@ def test_meson_builds_the_hip_source_for_each_gfx_target_and_adds_one_alone(proj
     assert len(phases(hip, "bundle")) == 1 and len(phases(hip, "host")) == 1
     assert len([c for c in hip if " -o hip_check " in c]) == 1 and len(hip) == 4
     assert phases(added, "host", ".cpp") == []
+    rdc = [c for c in added if "rdc" in c]
+    assert len(phases(rdc, "device")) == 2 and all("--target gfx1030" in c for c in phases(rdc, "device"))
+    assert len(phases(rdc, "package")) == 2 and len(phases(rdc, "host")) == 2 and len(rdc) == 7  # and the link
     tested = run(project, MESON, "test", "-C", "build", "-v")
     assert "gfx90a: 1 code object(s)" in tested and "gfx1030: 1 code object(s)" in tested
-    assert "launched 1; 3 fat binary entries: Ok" in tested and "Ok:                2" in tested
+    assert "launched 1; 3 fat binary entries: Ok" in tested and "Ok:                3" in tested
+    assert "entries=3" in tested and "HIP kernels each registered once and launched once: yes" in tested
     assert ninja(project) == []
 
     # Another build directory, deeper (the source is ../../meson/../mixed/src/plain.hip there): the same object.

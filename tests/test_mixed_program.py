@@ -121,6 +121,35 @@ def test_the_same_images_per_kind_as_clang_linker_wrapper(mixed, tmp_path):
     assert _registrations(ran.stdout) == _registrations(output)
 
 
+def test_offload_link_registers_each_kind_as_the_scons_link_does(mixed, tmp_path):
+    """The same objects and library linked by the driver with ``offload-link`` in clang-linker-wrapper's place
+    (``clang++ -fopenmp --offload-arch=gfx90a -B<shim dir>``): the gfx90a image registered by both kinds, as
+    an OpenMP image and in the HIP fat binary (the SCons program's ``.hip_fatbin`` byte for byte), the x86_64
+    image by OpenMP; the program runs, with the SCons program's registrations."""
+    build, output, _ = mixed
+    objects = [build / name for name in ("omp_part.o", "plain.o", "scale.o", "rescale.o", "main.o", "hip_stub.o")]
+    shim = subprocess.run([Path(sys.executable).with_name("offload-link"), "--print-shim-dir"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    ours = tmp_path / "ours"
+    linked = subprocess.run([LLVM / "clang++", f"-B{shim}", "-fopenmp", "--offload-arch=gfx90a", *objects,
+                             build / "libmixedlib.a", "-o", ours], cwd=tmp_path, capture_output=True, text=True)
+    assert linked.returncode == 0, linked.stderr
+    bundles = []
+    for program in (ours, build / "mixed"):
+        bundles.append(tmp_path / f"{program.name}.hipfb")
+        subprocess.run([LLVM / "llvm-objcopy", f"--dump-section=.hip_fatbin={bundles[-1]}", program, os.devnull],
+                       check=True)
+    assert bundles[0].read_bytes() == bundles[1].read_bytes()
+    assert _images_per_kind(ours, bundles[0], tmp_path) == {
+        "openmp": ["amdgcn-amd-amdhsa/gfx90a", "x86_64-unknown-linux-gnu/"],
+        "hip": ["hip-amdgcn-amd-amdhsa--gfx90a", "host-x86_64-unknown-linux--"]}
+    ran = subprocess.run([ours], env=RUN_ENV, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "OpenMP target regions ran on an offload device: yes" in ran.stdout
+    assert "HIP kernels each registered once and launched once: yes" in ran.stdout
+    assert _registrations(ran.stdout) == _registrations(output)
+
+
 PLAIN_SCONSTRUCT = textwrap.dedent("""
     import offload_builders.scons
     env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],

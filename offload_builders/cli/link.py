@@ -9,8 +9,11 @@ wrapper's place (``clang -B<dir>`` with ``<dir>/clang-linker-wrapper`` running `
         -- <linker arguments: -o a.out x.o -L... -l... --whole-archive ...>
 
 Device images are linked by :mod:`offload_builders.linking` (one ``clang`` per target, ``--wrapper-jobs``
-at a time), wrapped by :mod:`offload_builders.registration` (no Clang process) and the wrapper object is
-put right after ``-o <output>`` on the host link, as the wrapper does. Errors are one line, exit 1.
+at a time) and registered per offload kind of their device files by :mod:`offload_builders.wrapping`, the
+code ``OffloadProgram``'s wrap node runs (OpenMP images with libomptarget, CUDA's linked cubins in a fat
+binary, HIP's code objects in a fat binary; no Clang process), and the wrapper object is put right after
+``-o <output>`` on the host link, as the wrapper does. The runtimes those registrations call come with the
+linker arguments, as for the wrapper. Errors are one line, exit 1.
 """
 from __future__ import annotations
 
@@ -22,9 +25,13 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+
+if TYPE_CHECKING:
+    from offload_builders.formats.compressed import CompressionOptions
 
 PROG = "offload-link"
 
@@ -39,7 +46,9 @@ OPTIONS:
   --wrapper-jobs=<n>             - Device links to run at once (default 1, like clang-linker-wrapper)
   --opt-level=O<n>               - Optimization level of the device links (default O2)
   --device-linker=[<triple>=]<a> - Extra argument for the device links (of one triple)
-  --cuda-path=<dir>              - CUDA installation (ptxas, nvlink)
+  --cuda-path=<dir>              - CUDA installation (ptxas, nvlink, fatbinary)
+  --compress                     - Compress the HIP fat binary (zstd, as --offload-compress; also -compress)
+  --compression-level=<n>        - Its zstd level (also -compression-level=<n>)
   --save-temps                   - Keep the device inputs, images and wrapper object next to the output
   --dry-run                      - Print the commands instead of running them
   --wrapper-verbose, -v          - Print each command before running it
@@ -56,7 +65,7 @@ rejected by name. Everything not recognised above is a linker argument.
 _IGNORED_PREFIXES = ("--wrapper-time-trace", "--device-debug", "--pass-remarks", "--offload-opt=")
 #: clang-linker-wrapper options whose behaviour we do not implement: refused rather than silently dropped.
 _UNSUPPORTED = ("--embed-bitcode", "--bitcode-library", "--builtin-bitcode", "--clang-backend", "--override-image",
-                "--relocatable", "--print-wrapped-module", "--compress", "--ptxas-arg", "-mllvm", "--should-extract")
+                "--relocatable", "--print-wrapped-module", "--ptxas-arg", "-mllvm", "--should-extract")
 #: Host linker options that take their value as the next argument (so it is not taken for an input).
 _LINKER_VALUE_OPTIONS = frozenset({"-o", "-m", "-dynamic-linker", "--dynamic-linker", "-L", "-l", "-rpath", "-R",
                                    "-soname", "-h", "-z", "-T", "-e", "-u", "-y", "-Map", "--version-script",
@@ -72,6 +81,8 @@ class _Options:
     opt_level: str = "O2"
     device_linker: list[tuple[str | None, str]] = field(default_factory=list)
     cuda_path: str | None = None
+    compress: bool = False
+    compression_level: int | None = None
     save_temps: bool = False
     dry_run: bool = False
     verbose: bool = False
@@ -122,6 +133,14 @@ def _parse(argv: Sequence[str]) -> _Options:
             opts.device_linker.append((triple, value) if sep and not triple.startswith("-") else (None, text))
         elif name == "--cuda-path":
             opts.cuda_path, i = _value(arg, name, args, i)
+        elif name in ("--compress", "-compress"):
+            # The Clang 19 driver passes --offload-compress on as -compress (which its wrapper hands to ld).
+            opts.compress = True
+        elif name in ("--compression-level", "-compression-level"):
+            text, i = _value(arg, name, args, i)
+            if not text.lstrip("-").isdigit():
+                raise UsageError(f"{name}: expected an integer, got '{text}'")
+            opts.compression_level = int(text)
         elif name == "--save-temps":
             opts.save_temps = True
         elif name == "--dry-run":
@@ -220,6 +239,24 @@ def _print(argv: Sequence[str]) -> None:
     print(" ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
 
 
+#: The runtime each registration calls into, and how a link gets it (the wrapper adds none, nor do we).
+_RUNTIME_HINTS = {
+    "__tgt_register_lib": "the OpenMP images' registration needs libomptarget: link with -fopenmp (or -lomptarget)",
+    "__hipRegisterFatBinary": "the HIP fat binary's registration needs the HIP runtime: link with --hip-link"
+                              " (or -lamdhip64, or your own runtime's library)",
+    "__cudaRegisterFatBinary": "the CUDA fat binary's registration needs the CUDA runtime: add -lcudart (or your"
+                               " own runtime's library)",
+}
+
+
+def _missing_runtime_hint(stderr: str) -> str | None:
+    """What to add to a host link that failed on a registration's runtime entry point."""
+    for symbol, hint in _RUNTIME_HINTS.items():
+        if f"undefined symbol: {symbol}" in stderr or f"undefined reference to `{symbol}'" in stderr:
+            return hint
+    return None
+
+
 def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
     """Run one command; a failed device link of ``target`` on a device-library symbol says which library."""
     if verbose:
@@ -229,15 +266,26 @@ def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
         sys.stderr.write(done.stderr)
         from offload_builders.device_libraries import missing_library_hint
 
-        hint = missing_library_hint(done.stderr, target, "the compile flags") if target else None
+        hint = (missing_library_hint(done.stderr, target, "the compile flags") if target
+                else _missing_runtime_hint(done.stderr))
         raise UsageError(f"'{os.path.basename(argv[0])}' failed with exit code {done.returncode}"
                          + (f": {hint}" if hint else ""))
     if done.stderr:
         sys.stderr.write(done.stderr)
 
 
+def _hip_compression(opts: _Options) -> CompressionOptions | None:
+    """The HIP fat binary's compression: ``--compress`` (format 2, as Clang 19's bundler) at the level asked."""
+    from offload_builders.hip_phases import fatbin_compression, link_fatbin_spec
+
+    try:
+        return fatbin_compression(link_fatbin_spec(opts.compress, opts.compression_level))
+    except ValueError as error:
+        raise UsageError(f"--compression-level={opts.compression_level}: {error}") from None
+
+
 def _link(opts: _Options) -> int:
-    from offload_builders import linking
+    from offload_builders import linking, wrapping
     from offload_builders.targets import HOST_CPU_TRIPLE
     from offload_builders.toolchain import find_toolchain, user_cache
 
@@ -245,6 +293,7 @@ def _link(opts: _Options) -> int:
     if opts.cuda_path:
         environ["CUDA_PATH"] = opts.cuda_path
     toolchain = find_toolchain(environ)
+    hip_compression = _hip_compression(opts)  # a bad level stops the link before any device link
     output = opts.output or "a.out"
     inputs = link_inputs(opts.linker_args)
     scanned = linking.scan_link_inputs(inputs)
@@ -258,6 +307,7 @@ def _link(opts: _Options) -> int:
     stem = os.path.basename(output)
     try:
         jobs = []
+        image_inputs: list[tuple[linking.GroupKey, str, str]] = []  # (group, image, its device input file)
         for key, files in groups.items():
             base = os.path.join(temp_root, f"{stem}.{key[0]}.{key[1] or 'native'}".replace(":", "_"))
             device_inputs = base + ".devin"
@@ -274,6 +324,7 @@ def _link(opts: _Options) -> int:
                        linking.device_link_command(toolchain, key, paths, base + ".img", flags=flags,
                                                    host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
+            image_inputs.append((key, base + ".img", device_inputs))
         if opts.dry_run:
             for _, _, command in jobs:
                 _print(command)
@@ -289,16 +340,23 @@ def _link(opts: _Options) -> int:
             else:
                 for key, _, command in jobs:
                     _run(command, opts.verbose, key[1] or key[0])
-        wrapper = os.path.join(temp_root, f"{stem}.openmp.image.wrapper.o")
-        if not opts.dry_run:
+        # One object registering each image once per offload kind of its device files (none without any).
+        wrapper: str | None = os.path.join(temp_root, f"{stem}.offload.wrapper.o") if jobs else None
+        if not opts.dry_run and wrapper is not None:
             objects = [item.path for item in inputs if os.path.isfile(item.path)]
             problems = linking.missing_entries(objects, [(key[1] or key[0], image) for key, image, _ in jobs])
             if problems:
                 raise linking.LinkError("; ".join(problems))
-            data = linking.wrap_openmp_images([(key, image) for key, image, _ in jobs], toolchain.major)
-            with open(wrapper, "wb") as f:
-                f.write(data)
-        host = [opts.linker_path or "ld.lld", *_insert_after_output(opts.linker_args, wrapper)]
+            images = [wrapping.LinkedImage(key, image, linking.device_input_kinds(device_inputs, toolchain.major))
+                      for key, image, device_inputs in image_inputs]
+            data = wrapping.registration_object(images, toolchain, wrapper, hip_compression=hip_compression)
+            if data is None:
+                wrapper = None
+            else:
+                with open(wrapper, "wb") as f:
+                    f.write(data)
+        host = [opts.linker_path or "ld.lld",
+                *(opts.linker_args if wrapper is None else _insert_after_output(opts.linker_args, wrapper))]
         if opts.dry_run:
             _print(host)
         else:

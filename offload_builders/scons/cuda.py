@@ -14,7 +14,8 @@ IDs of ``$OFFLOAD_ARCHS``:
   (``<stem>.offload.pkg``, ``$OFFLOAD_PACKAGECOM``), and the host compile embedding it as
   ``.llvm.offloading``. ``OffloadProgram`` links them (:mod:`offload_builders.scons.program`): per target
   extract and device link (nvlink, through ``clang --target=nvptx64-nvidia-cuda``), one fat binary of the
-  linked cubins (:func:`program_fatbinary`) registered by ``__cudaRegisterFatBinary`` in the wrap node.
+  linked cubins (:func:`offload_builders.cuda_phases.program_fatbinary`) registered by
+  ``__cudaRegisterFatBinary`` in the wrap node.
 
 Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile).
 Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_CUDA_CUID``, default: the
@@ -33,7 +34,6 @@ Variables, set only where the user has not:
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any
 
 import SCons.Builder
@@ -41,7 +41,6 @@ import SCons.Errors
 import SCons.Subst
 import SCons.Tool
 
-from offload_builders import registration
 from offload_builders.cuda_phases import (
     CUDA_SUFFIXES,
     CudaDeviceSteps,
@@ -225,24 +224,6 @@ def _object_emitter(target, source, env):
     return target, source
 
 
-def program_fatbinary(env, images: list[tuple[str, str]], output: str) -> bytes:
-    """The fat binary of a program's CUDA registration, ``images`` as ``(target ID, linked cubin)``: CUDA 13's
-    ``fatbinary --image3=kind=elf,sm=NN`` of each (Clang 19's linker wrapper writes ``--image=profile=``, which
-    CUDA 13 rejects), written next to ``output`` and returned."""
-    toolchain = toolchain_for(env)
-    fatbin = output + ".fatbin"
-    try:
-        argv = registration.cuda_fatbinary_command(str(toolchain.cuda_tool("fatbinary")), images, fatbin)
-        done = subprocess.run(argv, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise OffloadError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
-        with open(fatbin, "rb") as f:
-            return f.read()
-    finally:
-        if os.path.exists(fatbin):
-            os.unlink(fatbin)
-
-
 #: This model's renderers of the command variables the models share.
 RENDERERS: dict[str, Renderer] = {
     "_OFFLOAD_HOST_CC1": _host_cc1,
@@ -272,5 +253,4 @@ def exists(env) -> bool:
     return toolchain_exists(env)
 
 
-__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "exists", "generate_objects", "object_emitter",
-           "program_fatbinary"]
+__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "exists", "generate_objects", "object_emitter"]

@@ -72,14 +72,13 @@ import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
-from offload_builders import registration
 from offload_builders.errors import OffloadError
-from offload_builders.formats.clang_zstd import compress_file
 from offload_builders.formats.compressed import CompressionOptions
 from offload_builders.hip_phases import (
     HIP_RUNTIME_LIBRARY,
     HIP_SUFFIXES,
     HOST_PROBE_TARGET,
+    LINK_BUNDLE_KIND,
     RDC_FLAGS,
     FatbinSpec,
     HipDeviceSteps,
@@ -92,6 +91,8 @@ from offload_builders.hip_phases import (
     fatbin_compression,
     hip_runtime_library,
     is_rdc,
+    link_compression_flags,
+    link_fatbin_spec,
     write_fatbin,
 )
 from offload_builders.phase_table import HIP, Phase, node_name, row
@@ -360,60 +361,25 @@ def _object_emitter(target, source, env):
 # --------------------------------------------------------------------------------------------------
 # The link side of RDC mode: what clang-linker-wrapper 19 does for HIP, one node per step and target.
 
-#: The offload kind of clang-linker-wrapper's own bundle entries (``bundleHIP``), not the driver's ``hipv4``.
-LINK_BUNDLE_KIND = "hip"
-
-
-
-
-def _link_compression(env, target, source) -> CompressionOptions | None:
+def link_compression(target, source, env) -> CompressionOptions | None:
     """The program's fat binary compression: ``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over the flags' (compile
-    and link flags: ``--offload-compress``, ``--offload-compression-level=N``)."""
+    and link flags: ``--offload-compress``, ``--offload-compression-level=N``; see
+    :func:`offload_builders.hip_phases.link_compression_flags`)."""
     flags = list(_hip_flags(env, target, source, False))
     flags += [str(flag) for flag in env.subst_list("$OFFLOAD_LINKFLAGS $LINKFLAGS", target=target, source=source)[0]]
-    compress, level = False, None
-    for flag in flags:
-        if flag == "--offload-compress":
-            compress = True
-        elif flag == "--no-offload-compress":
-            compress = False
-        elif flag.startswith("--offload-compression-level="):
-            try:
-                level = int(flag.partition("=")[2])
-            except ValueError:
-                raise SCons.Errors.UserError(f"{flag}: the compression level is an integer") from None
-    return _compression(env, FatbinSpec("o", 4096, "host-x86_64-unknown-linux", os.devnull, compress, level))
+    try:
+        compress, level = link_compression_flags(flags)
+    except ValueError as error:
+        raise SCons.Errors.UserError(str(error)) from None
+    return _compression(env, link_fatbin_spec(compress, level))
 
 
 def wrap_signature(target, source, env, for_signature) -> str:
     """``$_OFFLOAD_HIP_WRAP_SIG``: what a program's HIP fat binary depends on besides its images."""
-    compression = _link_compression(env, target, source)
+    compression = link_compression(target, source, env)
     packing = "none" if compression is None else (
         f"{compression.method.name}/v{compression.version}/level={compression.effective_level}")
     return f"kind={LINK_BUNDLE_KIND} llvm={toolchain_for(env).major} compress={packing}"
-
-
-def program_fatbinary(target, source, env, images: list[tuple[str, str]], output: str) -> bytes:
-    """The fat binary of a program's HIP registration, ``images`` as ``(target ID, code object)``: the one
-    ``clang-linker-wrapper`` 19 writes (``clang-offload-bundler -type=o -bundle-align=4096
-    -targets=host-x86_64-unknown-linux,hip-amdgcn-amd-amdhsa--<target ID>...``, entries by target ID
-    descending; ``CCOB`` when compression is asked for). ``output`` is where the compressor may write."""
-    toolchain = toolchain_for(env)
-    ordered = sorted(images, key=lambda image: image[0], reverse=True)
-    fatbin = registration.hip_fatbinary(ordered, offload_kind=LINK_BUNDLE_KIND, llvm_version=toolchain.major)
-    compression = _link_compression(env, target, source)
-    if compression is None:
-        return fatbin
-    plain = output + ".uncompressed"
-    try:
-        with open(plain, "wb") as f:
-            f.write(fatbin)
-        compress_file(plain, output, compression)
-        with open(output, "rb") as f:
-            return f.read()
-    finally:
-        if os.path.exists(plain):
-            os.unlink(plain)
 
 
 def check_device_linker(env) -> None:
@@ -519,5 +485,5 @@ def exists(env) -> bool:
 
 
 __all__ = ["check_device_linker", "check_program_targets", "check_runtime", "default_cuid", "exists", "generate",
-           "links_device_code", "offload_bundle", "program_fatbinary", "runtime_arguments", "source_cuid",
+           "link_compression", "links_device_code", "offload_bundle", "runtime_arguments", "source_cuid",
            "wrap_signature"]

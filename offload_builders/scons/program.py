@@ -35,11 +35,11 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Warnings
 
-from offload_builders import linking, nvptx_runtime, registration
+from offload_builders import linking, nvptx_runtime, wrapping
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import CUDA, HIP, LINK, OPENMP, Phase, row
-from offload_builders.scons import cuda, hip, openmp
+from offload_builders.phase_table import HIP, LINK, OPENMP, Phase, row
+from offload_builders.scons import hip, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     FUNCTION_PHASE_VARLIST,
@@ -109,39 +109,21 @@ def _group_kinds(image, major: int, default: str) -> frozenset[str]:
 
 def offload_wrap(target, source, env) -> int:
     """``$OFFLOAD_WRAPCOM``: the registration object of the linked images, one registration per offload
-    kind present (see the module's docstring); an empty image (no device code for that target) is not
-    registered. With no image of any kind: OpenMP's empty descriptor, or an empty object for HIP."""
-    major = toolchain_for(env).major
+    kind present (see the module's docstring and :func:`offload_builders.wrapping.registration_object`); an
+    empty image (no device code for that target) is not registered. With no image of any kind: OpenMP's
+    empty descriptor, or an empty object for HIP."""
+    toolchain = toolchain_for(env)
     model = _model(env)
-    openmp_images: list[tuple[linking.GroupKey, str]] = []
-    hip_images: list[tuple[str, str]] = []
-    cuda_images: list[tuple[str, str]] = []
-    for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"]):
-        if os.path.getsize(str(node)) == 0:
-            continue
-        kinds = _group_kinds(node, major, model)
-        if OPENMP in kinds:
-            openmp_images.append((linking.group_key(parse_target_id(tid_text)), str(node)))
-        if HIP in kinds:
-            hip_images.append((tid_text, str(node)))
-        if CUDA in kinds:
-            cuda_images.append((tid_text, str(node)))
+    images = [wrapping.LinkedImage(linking.group_key(parse_target_id(tid_text)), str(node),
+                                   _group_kinds(node, toolchain.major, model))
+              for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"])]
     output = partial_path(env, target[0])
     try:
-        payloads: list[tuple[str, object]] = []
-        if openmp_images or (model == OPENMP and not hip_images and not cuda_images):
-            payloads.append((registration.OPENMP, linking.openmp_image_binaries(openmp_images, major)))
-        if cuda_images:
-            payloads.append((registration.CUDA, cuda.program_fatbinary(env, sorted(cuda_images), output)))
-        if hip_images:
-            payloads.append((registration.HIP, hip.program_fatbinary(target, source, env, hip_images, output)))
-        if payloads:
-            data = registration.wrap_kinds(payloads, llvm_version=major)  # type: ignore[arg-type]
-        else:
-            triple = registration.DEFAULT_HOST_TRIPLE
-            data = registration.compile_module(registration.new_module(triple), triple)
+        data = wrapping.registration_object(images, toolchain, output, empty_kind=model,
+                                            hip_compression=hip.link_compression(target, source, env))
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    assert data is not None  # an empty kind always gives an object
     with open(output, "wb") as f:
         f.write(data)
     return 0
