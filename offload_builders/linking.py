@@ -548,7 +548,7 @@ def host_runtime_arguments(toolchain: Toolchain) -> list[str]:
 
 
 def load_wrapper_compiler() -> None:
-    """Start loading LLVM for :func:`wrap_openmp_images` in the background, so that it overlaps a link's
+    """Start loading LLVM for the registration code in the background, so that it overlaps a link's
     scan and device links (see :func:`offload_builders.registration.load_llvm_in_background`)."""
     from offload_builders import registration
 
@@ -587,15 +587,6 @@ def device_input_kinds(path: str | os.PathLike[str], llvm_version: int) -> froze
     registration code gets that target's image, as ``clang-linker-wrapper`` 19's ``ActiveOffloadKinds``."""
     return frozenset(binary.offload_kind_name(llvm_version) for binary in read_device_inputs(path)
                      if binary.offload_kind != 0)
-
-
-def wrap_openmp_images(images: Iterable[tuple[GroupKey, str]], llvm_version: int) -> bytes:
-    """The registration object for linked device images, each wrapped in an offload binary as
-    ``clang-linker-wrapper`` does and registered in its order: triple descending, then arch."""
-    from offload_builders import registration
-
-    binaries = openmp_image_binaries(images, llvm_version)
-    return registration.wrap(registration.OPENMP, binaries, llvm_version=llvm_version)
 
 
 def openmp_image_binaries(images: Iterable[tuple[GroupKey, str]], llvm_version: int) -> list[bytes]:
@@ -644,7 +635,6 @@ __all__ = [
     "select_device_files",
     "targets_compatible",
     "unpack_device_inputs",
-    "wrap_openmp_images",
     "write_device_inputs",
 ]
 
