@@ -32,6 +32,7 @@ from offload_builders.cli._common import (
     os_message as _os_message,
     run_guarded,
 )
+from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.errors import OffloadError
 
 # The format modules are imported where they are used, so that --help and usage errors stay quick.
@@ -68,42 +69,25 @@ class _Options:
     version: bool = False
 
 
+def _directory(value: str) -> str:
+    if not value:
+        raise _Fail("option --extract requires a directory")
+    return value
+
+
+_PARSER = Parser(PROG, [
+    Option("json", action=FLAG),
+    Option("extract", check=_directory),
+    Option("llvm-version", check=llvm_version_option),
+    Option("help", "h", action=FLAG),
+    Option("version", action=FLAG),
+])
+
+
 def _parse(argv: Sequence[str]) -> _Options:
     """``-x`` and ``--x`` alike; values as ``--extract DIR`` or ``--extract=DIR``; ``--`` ends options."""
     opts = _Options()
-    args = list(argv)
-    i = 0
-    only_files = False
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if only_files or arg == "-" or not arg.startswith("-"):
-            opts.files.append(arg)
-            continue
-        if arg == "--":
-            only_files = True
-            continue
-        name, has_value, value = arg.lstrip("-").partition("=")
-        if name in ("extract", "llvm-version"):
-            if not has_value:
-                if i >= len(args):
-                    raise _Fail(f"option --{name} requires a value")
-                value = args[i]
-                i += 1
-            if name == "extract":
-                if not value:
-                    raise _Fail("option --extract requires a directory")
-                opts.extract = value
-            else:
-                opts.llvm_version = llvm_version_option(value)
-        elif name == "json" and not has_value:
-            opts.json = True
-        elif name in ("help", "h") and not has_value:
-            opts.help = True
-        elif name == "version" and not has_value:
-            opts.version = True
-        else:
-            raise _Fail(f"unknown option '{arg}'; try '{PROG} --help'")
+    _PARSER.parse(argv, opts, opts.files.append)
     return opts
 
 
