@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.cuda_phases import (
     HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
     CudaDeviceSteps,
@@ -147,50 +148,38 @@ class _Options:
     version: bool = False
 
 
-_VALUE_OPTIONS = {"-o": "output", "--depfile": "depfile", "--target": "target", "--targets": "targets",
-                  "--host-bc": "host_bc", "--package": "package", "--fatbin": "fatbin", "--cuid": "cuid",
-                  "--source-root": "source_root"}
+_PARSER = Parser(PROG, [
+    Option("-o", dest="output"),
+    *(Option(name) for name in ("--depfile", "--target", "--targets", "--host-bc", "--package", "--fatbin",
+                                "--cuid", "--source-root")),
+    Option("--help", "-help", "-h", action=FLAG),
+    Option("--version", action=FLAG),
+], dashes="exact", missing="missing value for {name}",
+    unknown="unknown option '{arg}' (compile flags go after '--'; see --help)")
 
 
 def _parse(argv: Sequence[str]) -> _Options:
     opts = _Options()
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            opts.flags = args[i:]
-            break
-        name, eq, inline = arg.partition("=")
-        if arg in ("--help", "-help", "-h"):
-            opts.help = True
-        elif arg == "--version":
-            opts.version = True
-        elif name in _VALUE_OPTIONS:
-            if eq:
-                value = inline
-            elif i < len(args):
-                value, i = args[i], i + 1
-            else:
-                raise UsageError(f"missing value for {name}")
-            setattr(opts, _VALUE_OPTIONS[name], value)
-        elif arg.startswith("-") and arg != "-":
-            raise UsageError(f"unknown option '{arg}' (compile flags go after '--'; see --help)")
-        elif not opts.command:
-            if arg not in _SUBCOMMANDS:
-                raise UsageError(f"unknown subcommand '{arg}'; expected one of {', '.join(_SUBCOMMANDS)}")
-            opts.command = arg
-        else:
+
+    def positional(arg: str) -> None:
+        if opts.command:
             opts.positional.append(arg)
+        elif arg not in _SUBCOMMANDS:
+            raise UsageError(f"unknown subcommand '{arg}'; expected one of {', '.join(_SUBCOMMANDS)}")
+        else:
+            opts.command = arg
+
+    def compile_flags(rest: list[str]) -> None:
+        opts.flags = rest
+
+    _PARSER.parse(argv, opts, positional, rest=compile_flags)
     return opts
 
 
 def _require(opts: _Options, *names: str) -> None:
     for name in names:
         if getattr(opts, name) is None:
-            option = next(key for key, value in _VALUE_OPTIONS.items() if value == name)
-            raise UsageError(f"{opts.command}: {option} is required")
+            raise UsageError(f"{opts.command}: {_PARSER.spelling(name)} is required")
 
 
 def _check_flags(flags: Sequence[str]) -> None:
@@ -226,8 +215,7 @@ def _refuse(opts: _Options, *names: str, why: str) -> None:
     """One line for an option that does not apply to this subcommand and source."""
     for name in names:
         if getattr(opts, name) is not None:
-            option = next(key for key, value in _VALUE_OPTIONS.items() if value == name)
-            raise UsageError(f"{opts.command}: {option} {why}")
+            raise UsageError(f"{opts.command}: {_PARSER.spelling(name)} {why}")
 
 
 def _input(path: str, option: str) -> str:
