@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from offload_builders import __version__
 from offload_builders.cli._common import (
     UsageError as _Fail,
-    answered_help_or_version,
     llvm_version_option,
     os_message as _os_message,
-    run_guarded,
+    run_tool,
 )
 from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.errors import OffloadError
@@ -93,16 +92,7 @@ def _parse(argv: Sequence[str]) -> _Options:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; returns the exit status (0, or 1 after printing one error line)."""
-    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
-
-
-def _main(argv: Sequence[str]) -> int:
-    opts = _parse(argv)
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders {__version__})"):
-        return 0
-    if not opts.files:
-        raise _Fail(f"no input files; try '{PROG} --help'")
-    return _run(opts)
+    return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders {__version__})", _run)
 
 
 def _named(display: str, message: str) -> str:
@@ -111,6 +101,8 @@ def _named(display: str, message: str) -> str:
 
 
 def _run(opts: _Options) -> int:
+    if not opts.files:
+        raise _Fail(f"no input files; try '{PROG} --help'")
     with ExitStack() as stack:
         inspections: list[Inspection] = []
         for name in opts.files:

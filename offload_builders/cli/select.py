@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError as _Fail, answered_help_or_version, llvm_version_option, run_guarded
+from offload_builders.cli._common import UsageError as _Fail, llvm_version_option, run_tool
 from offload_builders.cli.options import APPEND, EXTEND, FLAG, Option, Parser
 
 PROG = "offload-select"
@@ -78,13 +78,10 @@ def _parse(argv: Sequence[str]) -> _Options:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; returns the exit status (0: every device finds an image; 1: not, or an error)."""
-    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
+    return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders {__version__})", _main)
 
 
-def _main(argv: Sequence[str]) -> int:
-    opts = _parse(argv)
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders {__version__})"):
-        return 0
+def _main(opts: _Options) -> int:
     if not opts.devices:
         raise _Fail(f"no --device given; try '{PROG} --help'")
     if len(opts.files) != 1:
