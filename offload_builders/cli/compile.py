@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+from offload_builders.cli._common import UsageError, run_tool
 from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.cuda_phases import (
     HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
@@ -348,6 +348,16 @@ def _remove(path: str) -> None:
 
 # --- the phases --------------------------------------------------------------------------------------------
 
+def _run_to(argv: Sequence[str], partial: str, output: str) -> None:
+    """Run one job writing ``partial``, then commit it to ``output`` (no partial file left on failure)."""
+    try:
+        _run(argv)
+    except BaseException:
+        _remove(partial)
+        raise
+    _commit(partial, output)
+
+
 def _compile_one_job(argv: Sequence[str], partial: str, output: str) -> list[str]:
     """Run a one-job compile writing ``partial`` with its own dependency file, then commit it to ``output``
     (no partial file left on failure); returns the files the compile read (the source, then its headers)."""
@@ -501,12 +511,7 @@ def _embed(opts: _Options) -> int:
     partial = _partial(opts.output)
     argv = steps.embed.render(host_bc=host_bc, main_file_name=os.path.basename(source), package=package,
                               output=partial)
-    try:
-        _run(argv)
-    except BaseException:
-        _remove(partial)
-        raise
-    _commit(partial, opts.output)
+    _run_to(argv, partial, opts.output)
     _write_depfile(opts.depfile, opts.output, [host_bc, package, *_binaries(argv), *_compiler_files(model)])
     return 0
 
@@ -690,12 +695,7 @@ def _gpu_package(opts: _Options, source: str, model: str) -> int:
     else:
         argv = cuda_package_command(phases.toolchain, [(steps, path) for steps, path in images
                                                        if isinstance(steps, CudaDeviceSteps)], partial)
-    try:
-        _run(argv)
-    except BaseException:
-        _remove(partial)
-        raise
-    _commit(partial, opts.output)
+    _run_to(argv, partial, opts.output)
     _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_binaries(argv),
                                                *_compiler_files(phases)])
     return 0
@@ -747,10 +747,7 @@ _PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embe
            "check": _check}
 
 
-def _main(argv: Sequence[str]) -> int:
-    opts = _parse(argv)
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders) {__version__}"):
-        return 0
+def _main(opts: _Options) -> int:
     if not opts.command:
         raise UsageError(f"no subcommand given; expected one of {', '.join(_SUBCOMMANDS)} (see --help)")
     _check_flags(opts.flags)
@@ -758,7 +755,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
+    return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders) {__version__}", _main)
 
 
 if __name__ == "__main__":
