@@ -3,9 +3,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from offload_builders.errors import OffloadError
+
+TYPE_CHECKING = False  # typing costs the bundler's command line milliseconds: for type checkers only
+if TYPE_CHECKING:
+    from typing import Protocol, TypeVar
+
+    class _HelpOrVersion(Protocol):
+        help: bool
+        version: bool
+
+    _Opts = TypeVar("_Opts", bound=_HelpOrVersion)
 
 
 class UsageError(Exception):
@@ -64,3 +74,16 @@ def run_guarded(prog: str, body: Callable[[], int], *, user_errors: tuple[type[B
     sys.stdout.flush()
     print(f"{prog}: error: {' '.join(message.splitlines())}", file=sys.stderr)
     return 1
+
+
+def run_tool(prog: str, argv: Sequence[str] | None, parse: Callable[[Sequence[str]], _Opts], help_text: str,
+             version_line: str, body: Callable[[_Opts], int]) -> int:
+    """A tool's life: parse ``argv`` (default ``sys.argv[1:]``), answer ``--help``/``--version``, else run
+    ``body``; every failure, a usage error included, is one ``<prog>: error:`` line and exit status 1."""
+    def run() -> int:
+        opts = parse(sys.argv[1:] if argv is None else argv)
+        if answered_help_or_version(opts.help, opts.version, help_text, version_line):
+            return 0
+        return body(opts)
+
+    return run_guarded(prog, run)

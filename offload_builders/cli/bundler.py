@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from offload_builders.cli._common import run_guarded
+from offload_builders.cli.options import APPEND, FLAG, LLVM_BOOL, LLVM_UNKNOWN, Option, Parser
 from offload_builders.errors import OffloadError
 from offload_builders.formats import bundle as bundle_mod
 
@@ -25,13 +26,6 @@ if TYPE_CHECKING:
     from offload_builders.formats.compressed import CompressionStats
 
 PROG: Final = "offload-bundler"
-
-_VALUE_OPTIONS: Final = frozenset({"type", "targets", "input", "inputs", "output", "outputs", "bundle-align",
-                                   "compression-level"})
-_FLAG_OPTIONS: Final = frozenset({"unbundle", "list", "allow-missing-bundles", "compress", "verbose",
-                                  "hip-openmp-compatible", "check-input-archive", "help", "h", "version", "###"})
-_TRUE: Final = {"": True, "true": True, "TRUE": True, "True": True, "1": True,
-                "false": False, "FALSE": False, "False": False, "0": False}
 
 HELP: Final = """\
 OVERVIEW: A tool to bundle several input files of the specified type <type>
@@ -69,59 +63,60 @@ class UsageError(OffloadError):
 
 
 class Options:
-    """The parsed command line; list options keep every occurrence.
+    """The parsed command line: list options keep every occurrence, a flag not given is None (the
+    environment decides ``-compress`` and ``-verbose`` then).
 
     (Plain classes here and below: importing ``dataclasses`` costs the command line ~8 ms.)
     """
 
     def __init__(self) -> None:
-        self.values: dict[str, list[str]] = {}
-        self.flags: dict[str, bool] = {}
+        self.type: str | None = None
+        self.targets: list[str] = []
+        self.input: list[str] = []
+        self.inputs: list[str] = []
+        self.output: list[str] = []
+        self.outputs: list[str] = []
+        self.bundle_align: str | None = None
+        self.compression_level: str | None = None
+        self.unbundle: bool | None = None
+        self.list: bool | None = None
+        self.allow_missing_bundles: bool | None = None
+        self.compress: bool | None = None
+        self.verbose: bool | None = None
+        self.hip_openmp_compatible: bool | None = None
+        self.check_input_archive: bool | None = None
+        self.help: bool | None = None
+        self.h: bool | None = None
+        self.version: bool | None = None
+        self.dry_run: bool | None = None  # -###
 
-    def flag(self, name: str) -> bool:
-        return self.flags.get(name, False)
 
-    def given(self, name: str) -> bool:
-        return name in self.flags or name in self.values
+_PARSER: Final = Parser(PROG, [
+    *(Option(name) for name in ("type", "bundle-align", "compression-level")),
+    *(Option(name, action=APPEND) for name in ("targets", "input", "inputs", "output", "outputs")),
+    *(Option(name, action=FLAG) for name in ("unbundle", "list", "allow-missing-bundles", "compress", "verbose",
+                                             "hip-openmp-compatible", "check-input-archive", "help", "version")),
+    Option("h", action=FLAG),
+    Option("###", dest="dry_run", action=FLAG),
+], missing="for the --{name} option: requires a value!", unknown=LLVM_UNKNOWN, bool_values={**LLVM_BOOL, "": True},
+    dash_dash=False)
 
-    def single(self, name: str) -> str | None:
-        found = self.values.get(name)
-        return found[-1] if found else None
 
-    def items(self, name: str, *, comma: bool) -> list[str]:
-        found = self.values.get(name, [])
-        if not comma:
-            return list(found)
-        return [item for value in found for item in value.split(",") if item != ""]
+def _no_positional(arg: str) -> None:
+    raise UsageError(f"Too many positional arguments specified! Can specify at most 0 positional "
+                     f"arguments: See: {PROG} --help")
 
 
 def parse_args(argv: Sequence[str]) -> Options:
     """Parse LLVM ``cl`` style options: ``-name=value``, ``--name=value``, ``-name value``, flags."""
     options = Options()
-    args = list(argv)
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if not arg.startswith("-") or arg == "-":
-            raise UsageError(f"Too many positional arguments specified! Can specify at most 0 positional "
-                             f"arguments: See: {PROG} --help")
-        name, equals, value = arg.lstrip("-").partition("=")
-        if name in _VALUE_OPTIONS:
-            if not equals:
-                if index >= len(args):
-                    raise UsageError(f"for the --{name} option: requires a value!")
-                value = args[index]
-                index += 1
-            options.values.setdefault(name, []).append(value)
-        elif name in _FLAG_OPTIONS:
-            if value not in _TRUE:
-                raise UsageError(f"for the --{name} option: '{value}' is invalid value for boolean argument! "
-                                 f"Try 0 or 1")
-            options.flags[name] = _TRUE[value]
-        else:
-            raise UsageError(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+    _PARSER.parse(argv, options, _no_positional)
     return options
+
+
+def _comma(values: list[str]) -> list[str]:
+    """The items of comma-separated lists (``-inputs=a,b``), empty ones dropped."""
+    return [item for value in values for item in value.split(",") if item != ""]
 
 
 class Environment:
@@ -174,31 +169,31 @@ def _report_stats(stats: Sequence[CompressionStats], *, compressing: bool, level
 def _run(options: Options, env: Environment) -> int:
     for warning in env.warnings:
         print(warning, file=sys.stderr)
-    if options.flag("help") or options.flag("h"):
+    if options.help or options.h:
         sys.stdout.write(HELP)
         return 0
-    if options.flag("version"):
+    if options.version:
         from offload_builders import __version__
 
         print(f"{PROG} (offload_builders {__version__}), compatible with clang-offload-bundler 19")
         return 0
-    file_type = options.single("type")
+    file_type = options.type
     if file_type is None:
         raise UsageError("for the --type option: must be specified at least once!")
-    if "input" in options.values and "inputs" in options.values:
+    if options.input and options.inputs:
         raise UsageError("-inputs and -input cannot be used together, use only -input instead")
-    if "inputs" in options.values:
+    if options.inputs:
         _warn("-inputs is deprecated, use -input instead")
-    inputs = options.items("input", comma=False) + options.items("inputs", comma=True)
-    if "output" in options.values and "outputs" in options.values:
+    inputs = options.input + _comma(options.inputs)
+    if options.output and options.outputs:
         raise UsageError("-outputs and -output cannot be used together, use only -output instead")
-    if "outputs" in options.values:
+    if options.outputs:
         _warn("-outputs is deprecated, use -output instead")
-    outputs = options.items("output", comma=False) + options.items("outputs", comma=True)
-    targets = options.items("targets", comma=True)
-    verbose = options.flag("verbose") if options.given("verbose") else bool(env.verbose)
-    compress = options.flag("compress") if options.given("compress") else bool(env.compress)
-    unbundling = options.flag("unbundle")
+    outputs = options.output + _comma(options.outputs)
+    targets = _comma(options.targets)
+    verbose = options.verbose if options.verbose is not None else bool(env.verbose)
+    compress = options.compress if options.compress is not None else bool(env.compress)
+    unbundling = bool(options.unbundle)
     # -###, as in clang-offload-bundler 19: the only external program either tool runs is llvm-objcopy,
     # for object bundles (-type=o/a with an ELF host: adding the bundle sections when bundling, removing
     # them for the host output when unbundling).  Those commands are printed on stderr, quoted as Clang
@@ -209,10 +204,10 @@ def _run(options: Options, env: Environment) -> int:
     # inputs; only temporary files differ: Clang's /tmp/clang-offload-bundler-*.tmp against ours
     # (<tmp>/offload-bundler-*/host-marker, and fat.o or host.o), and when bundling, objcopy writes our
     # temporary rather than the output, which we then put in place atomically.
-    dry_run = options.flag("###")
+    dry_run = bool(options.dry_run)
     bundle_mod.check_file_type(file_type)
 
-    if options.flag("list"):
+    if options.list:
         if unbundling:
             raise UsageError("-unbundle and -list cannot be used together")
         if len(inputs) != 1:
@@ -224,25 +219,25 @@ def _run(options: Options, env: Environment) -> int:
         ids = bundle_mod.list_bundle_ids(inputs[0], file_type=file_type)
         sys.stdout.write("".join(f"{i}\n" for i in ids))
         return 0
-    if options.flag("check-input-archive"):
+    if options.check_input_archive:
         if not unbundling:
             raise UsageError("-check-input-archive cannot be used while bundling")
         if file_type != "a":
             raise UsageError("-check-input-archive can only be used for unbundling archives (-type=a)")
     if not outputs:
         raise UsageError("no output file specified!")
-    if "targets" not in options.values:
+    if not options.targets:
         raise UsageError("for the --targets option: must be specified at least once!")
     if unbundling:
         if len(inputs) != 1:
             raise UsageError("only one input file supported in unbundling mode")
         if len(outputs) != len(targets):
             raise UsageError("number of output files and targets should match in unbundling mode")
-        common = dict(allow_missing_bundles=options.flag("allow-missing-bundles"),
-                      hip_openmp_compatible=options.flag("hip-openmp-compatible"))
+        common = dict(allow_missing_bundles=bool(options.allow_missing_bundles),
+                      hip_openmp_compatible=bool(options.hip_openmp_compatible))
         if file_type == "a":
             bundle_mod.unbundle_archive(inputs[0], targets, outputs, **common,
-                                        check_input_archive=options.flag("check-input-archive"),
+                                        check_input_archive=bool(options.check_input_archive),
                                         print_external_commands=dry_run)
         else:
             result = bundle_mod.unbundle(inputs[0], targets, outputs, file_type=file_type, **common,
@@ -256,14 +251,14 @@ def _run(options: Options, env: Environment) -> int:
         raise UsageError("only one output file supported in bundling mode")
     if len(inputs) != len(targets):
         raise UsageError("number of input files and targets should match in bundling mode")
-    align_text = options.single("bundle-align") or "1"
+    align_text = options.bundle_align or "1"
     try:
         alignment = int(align_text, 0)
     except ValueError:
         raise UsageError(f"for the --bundle-align option: '{align_text}' value invalid for uint argument!") from None
     compression = None
     if compress:
-        level_text = options.single("compression-level")
+        level_text = options.compression_level
         try:
             level = int(level_text, 10) if level_text is not None else env.level
         except ValueError:

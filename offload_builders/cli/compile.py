@@ -54,7 +54,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+from offload_builders.cli._common import UsageError, run_tool
+from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.cuda_phases import (
     HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
     CudaDeviceSteps,
@@ -147,50 +148,38 @@ class _Options:
     version: bool = False
 
 
-_VALUE_OPTIONS = {"-o": "output", "--depfile": "depfile", "--target": "target", "--targets": "targets",
-                  "--host-bc": "host_bc", "--package": "package", "--fatbin": "fatbin", "--cuid": "cuid",
-                  "--source-root": "source_root"}
+_PARSER = Parser(PROG, [
+    Option("-o", dest="output"),
+    *(Option(name) for name in ("--depfile", "--target", "--targets", "--host-bc", "--package", "--fatbin",
+                                "--cuid", "--source-root")),
+    Option("--help", "-help", "-h", action=FLAG),
+    Option("--version", action=FLAG),
+], dashes="exact", missing="missing value for {name}",
+    unknown="unknown option '{arg}' (compile flags go after '--'; see --help)")
 
 
 def _parse(argv: Sequence[str]) -> _Options:
     opts = _Options()
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            opts.flags = args[i:]
-            break
-        name, eq, inline = arg.partition("=")
-        if arg in ("--help", "-help", "-h"):
-            opts.help = True
-        elif arg == "--version":
-            opts.version = True
-        elif name in _VALUE_OPTIONS:
-            if eq:
-                value = inline
-            elif i < len(args):
-                value, i = args[i], i + 1
-            else:
-                raise UsageError(f"missing value for {name}")
-            setattr(opts, _VALUE_OPTIONS[name], value)
-        elif arg.startswith("-") and arg != "-":
-            raise UsageError(f"unknown option '{arg}' (compile flags go after '--'; see --help)")
-        elif not opts.command:
-            if arg not in _SUBCOMMANDS:
-                raise UsageError(f"unknown subcommand '{arg}'; expected one of {', '.join(_SUBCOMMANDS)}")
-            opts.command = arg
-        else:
+
+    def positional(arg: str) -> None:
+        if opts.command:
             opts.positional.append(arg)
+        elif arg not in _SUBCOMMANDS:
+            raise UsageError(f"unknown subcommand '{arg}'; expected one of {', '.join(_SUBCOMMANDS)}")
+        else:
+            opts.command = arg
+
+    def compile_flags(rest: list[str]) -> None:
+        opts.flags = rest
+
+    _PARSER.parse(argv, opts, positional, rest=compile_flags)
     return opts
 
 
 def _require(opts: _Options, *names: str) -> None:
     for name in names:
         if getattr(opts, name) is None:
-            option = next(key for key, value in _VALUE_OPTIONS.items() if value == name)
-            raise UsageError(f"{opts.command}: {option} is required")
+            raise UsageError(f"{opts.command}: {_PARSER.spelling(name)} is required")
 
 
 def _check_flags(flags: Sequence[str]) -> None:
@@ -226,8 +215,7 @@ def _refuse(opts: _Options, *names: str, why: str) -> None:
     """One line for an option that does not apply to this subcommand and source."""
     for name in names:
         if getattr(opts, name) is not None:
-            option = next(key for key, value in _VALUE_OPTIONS.items() if value == name)
-            raise UsageError(f"{opts.command}: {option} {why}")
+            raise UsageError(f"{opts.command}: {_PARSER.spelling(name)} {why}")
 
 
 def _input(path: str, option: str) -> str:
@@ -359,6 +347,16 @@ def _remove(path: str) -> None:
 
 
 # --- the phases --------------------------------------------------------------------------------------------
+
+def _run_to(argv: Sequence[str], partial: str, output: str) -> None:
+    """Run one job writing ``partial``, then commit it to ``output`` (no partial file left on failure)."""
+    try:
+        _run(argv)
+    except BaseException:
+        _remove(partial)
+        raise
+    _commit(partial, output)
+
 
 def _compile_one_job(argv: Sequence[str], partial: str, output: str) -> list[str]:
     """Run a one-job compile writing ``partial`` with its own dependency file, then commit it to ``output``
@@ -513,12 +511,7 @@ def _embed(opts: _Options) -> int:
     partial = _partial(opts.output)
     argv = steps.embed.render(host_bc=host_bc, main_file_name=os.path.basename(source), package=package,
                               output=partial)
-    try:
-        _run(argv)
-    except BaseException:
-        _remove(partial)
-        raise
-    _commit(partial, opts.output)
+    _run_to(argv, partial, opts.output)
     _write_depfile(opts.depfile, opts.output, [host_bc, package, *_binaries(argv), *_compiler_files(model)])
     return 0
 
@@ -702,12 +695,7 @@ def _gpu_package(opts: _Options, source: str, model: str) -> int:
     else:
         argv = cuda_package_command(phases.toolchain, [(steps, path) for steps, path in images
                                                        if isinstance(steps, CudaDeviceSteps)], partial)
-    try:
-        _run(argv)
-    except BaseException:
-        _remove(partial)
-        raise
-    _commit(partial, opts.output)
+    _run_to(argv, partial, opts.output)
     _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_binaries(argv),
                                                *_compiler_files(phases)])
     return 0
@@ -759,10 +747,7 @@ _PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embe
            "check": _check}
 
 
-def _main(argv: Sequence[str]) -> int:
-    opts = _parse(argv)
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders) {__version__}"):
-        return 0
+def _main(opts: _Options) -> int:
     if not opts.command:
         raise UsageError(f"no subcommand given; expected one of {', '.join(_SUBCOMMANDS)} (see --help)")
     _check_flags(opts.flags)
@@ -770,7 +755,7 @@ def _main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
+    return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders) {__version__}", _main)
 
 
 if __name__ == "__main__":

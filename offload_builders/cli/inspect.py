@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from offload_builders import __version__
 from offload_builders.cli._common import (
     UsageError as _Fail,
-    answered_help_or_version,
     llvm_version_option,
     os_message as _os_message,
-    run_guarded,
+    run_tool,
 )
+from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.errors import OffloadError
 
 # The format modules are imported where they are used, so that --help and usage errors stay quick.
@@ -68,57 +68,31 @@ class _Options:
     version: bool = False
 
 
+def _directory(value: str) -> str:
+    if not value:
+        raise _Fail("option --extract requires a directory")
+    return value
+
+
+_PARSER = Parser(PROG, [
+    Option("json", action=FLAG),
+    Option("extract", check=_directory),
+    Option("llvm-version", check=llvm_version_option),
+    Option("help", "h", action=FLAG),
+    Option("version", action=FLAG),
+])
+
+
 def _parse(argv: Sequence[str]) -> _Options:
     """``-x`` and ``--x`` alike; values as ``--extract DIR`` or ``--extract=DIR``; ``--`` ends options."""
     opts = _Options()
-    args = list(argv)
-    i = 0
-    only_files = False
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if only_files or arg == "-" or not arg.startswith("-"):
-            opts.files.append(arg)
-            continue
-        if arg == "--":
-            only_files = True
-            continue
-        name, has_value, value = arg.lstrip("-").partition("=")
-        if name in ("extract", "llvm-version"):
-            if not has_value:
-                if i >= len(args):
-                    raise _Fail(f"option --{name} requires a value")
-                value = args[i]
-                i += 1
-            if name == "extract":
-                if not value:
-                    raise _Fail("option --extract requires a directory")
-                opts.extract = value
-            else:
-                opts.llvm_version = llvm_version_option(value)
-        elif name == "json" and not has_value:
-            opts.json = True
-        elif name in ("help", "h") and not has_value:
-            opts.help = True
-        elif name == "version" and not has_value:
-            opts.version = True
-        else:
-            raise _Fail(f"unknown option '{arg}'; try '{PROG} --help'")
+    _PARSER.parse(argv, opts, opts.files.append)
     return opts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; returns the exit status (0, or 1 after printing one error line)."""
-    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
-
-
-def _main(argv: Sequence[str]) -> int:
-    opts = _parse(argv)
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders {__version__})"):
-        return 0
-    if not opts.files:
-        raise _Fail(f"no input files; try '{PROG} --help'")
-    return _run(opts)
+    return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders {__version__})", _run)
 
 
 def _named(display: str, message: str) -> str:
@@ -127,6 +101,8 @@ def _named(display: str, message: str) -> str:
 
 
 def _run(opts: _Options) -> int:
+    if not opts.files:
+        raise _Fail(f"no input files; try '{PROG} --help'")
     with ExitStack() as stack:
         inspections: list[Inspection] = []
         for name in opts.files:

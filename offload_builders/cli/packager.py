@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError as _Fail, answered_help_or_version, llvm_version_option, run_guarded
+from offload_builders.cli.options import APPEND, FLAG, FLAG_ANY, LLVM_BOOL, LLVM_UNKNOWN, ONCE, Option, Parser
 from offload_builders.formats._io import atomic_output, llvm_stem
 from offload_builders.formats.offload_binary import (
     KindTable,
@@ -60,51 +61,27 @@ class _Options:
     version: bool = False
 
 
+_PARSER = Parser(PROG, [
+    Option("o", dest="output", action=ONCE),
+    Option("image", dest="images", action=APPEND),
+    Option("llvm-version", check=lambda value: llvm_version_option(value, option="for the --llvm-version option:")),
+    Option("archive", action=FLAG),
+    Option("help", "h", "help-list", "help-hidden", action=FLAG_ANY),
+    Option("version", action=FLAG_ANY),
+], missing="for the -{name} option: requires a value!", unknown=LLVM_UNKNOWN, bool_values=LLVM_BOOL)
+
+
 def _parse(argv: Sequence[str]) -> _Options:
     """Parse like LLVM's ``cl::opt``: ``-x`` and ``--x`` alike, values as ``-o f``, ``-o=f`` or ``--image=...``."""
     opts = _Options()
-    seen_output = False
-    args = list(argv)
-    i = 0
-    positional_only = False
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if positional_only or arg == "-" or not arg.startswith("-"):
-            if opts.input is not None:
-                raise _Fail(f"Too many positional arguments specified! Can specify at most 1 positional argument: "
-                            f"See: {PROG} --help")
-            opts.input = arg
-            continue
-        if arg == "--":
-            positional_only = True
-            continue
-        name, has_value, value = arg.lstrip("-").partition("=")
-        if name in ("o", "image", "llvm-version"):
-            if not has_value:
-                if i >= len(args):
-                    raise _Fail(f"for the -{name} option: requires a value!")
-                value = args[i]
-                i += 1
-            if name == "o":
-                if seen_output:
-                    raise _Fail("for the -o option: may only occur zero or one times!")
-                seen_output = True
-                opts.output = value
-            elif name == "image":
-                opts.images.append(value)
-            else:
-                opts.llvm_version = llvm_version_option(value, option="for the --llvm-version option:")
-        elif name == "archive":
-            if has_value and value not in ("true", "false", "1", "0", "TRUE", "FALSE", "True", "False"):
-                raise _Fail(f"for the --archive option: '{value}' is invalid value for boolean argument! Try 0 or 1")
-            opts.archive = not has_value or value in ("true", "1", "TRUE", "True")
-        elif name in ("help", "h", "help-list", "help-hidden"):
-            opts.help = True
-        elif name == "version":
-            opts.version = True
-        else:
-            raise _Fail(f"Unknown command line argument '{arg}'.  Try: '{PROG} --help'")
+
+    def positional(arg: str) -> None:
+        if opts.input is not None:
+            raise _Fail(f"Too many positional arguments specified! Can specify at most 1 positional argument: "
+                        f"See: {PROG} --help")
+        opts.input = arg
+
+    _PARSER.parse(argv, opts, positional)
     return opts
 
 

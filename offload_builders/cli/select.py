@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offload_builders import __version__
-from offload_builders.cli._common import UsageError as _Fail, answered_help_or_version, llvm_version_option, run_guarded
+from offload_builders.cli._common import UsageError as _Fail, llvm_version_option, run_tool
+from offload_builders.cli.options import APPEND, EXTEND, FLAG, Option, Parser
 
 PROG = "offload-select"
 DEFAULT_LLVM_VERSION = 19
@@ -49,62 +50,38 @@ class _Options:
     version: bool = False
 
 
-_VALUED = ("device", "device-cap", "cov", "llvm-version")
+def _cov(value: str) -> list[str]:
+    """``--cov=4,5``: the capabilities ``cov4``, ``cov5``."""
+    versions = [v.strip() for v in value.split(",")]
+    if not all(v.isdigit() for v in versions):
+        raise _Fail(f"--cov: '{value}' is not a comma-separated list of code object versions")
+    return [f"cov{v}" for v in versions]
+
+
+_PARSER = Parser(PROG, [
+    Option("device", dest="devices", action=APPEND),
+    Option("device-cap", dest="caps", action=APPEND),
+    Option("cov", dest="caps", action=EXTEND, check=_cov),
+    Option("llvm-version", check=llvm_version_option),
+    Option("json", action=FLAG),
+    Option("help", "h", action=FLAG),
+    Option("version", action=FLAG),
+])
 
 
 def _parse(argv: Sequence[str]) -> _Options:
     """``-x`` and ``--x`` alike; values as ``--device ID`` or ``--device=ID``; ``--`` ends options."""
     opts = _Options()
-    args = list(argv)
-    i = 0
-    only_files = False
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if only_files or arg == "-" or not arg.startswith("-"):
-            opts.files.append(arg)
-            continue
-        if arg == "--":
-            only_files = True
-            continue
-        name, has_value, value = arg.lstrip("-").partition("=")
-        if name in _VALUED:
-            if not has_value:
-                if i >= len(args):
-                    raise _Fail(f"option --{name} requires a value")
-                value = args[i]
-                i += 1
-            if name == "device":
-                opts.devices.append(value)
-            elif name == "device-cap":
-                opts.caps.append(value)
-            elif name == "cov":
-                versions = [v.strip() for v in value.split(",")]
-                if not all(v.isdigit() for v in versions):
-                    raise _Fail(f"--cov: '{value}' is not a comma-separated list of code object versions")
-                opts.caps.extend(f"cov{v}" for v in versions)
-            else:
-                opts.llvm_version = llvm_version_option(value)
-        elif name == "json" and not has_value:
-            opts.json = True
-        elif name in ("help", "h") and not has_value:
-            opts.help = True
-        elif name == "version" and not has_value:
-            opts.version = True
-        else:
-            raise _Fail(f"unknown option '{arg}'; try '{PROG} --help'")
+    _PARSER.parse(argv, opts, opts.files.append)
     return opts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; returns the exit status (0: every device finds an image; 1: not, or an error)."""
-    return run_guarded(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
+    return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders {__version__})", _main)
 
 
-def _main(argv: Sequence[str]) -> int:
-    opts = _parse(argv)
-    if answered_help_or_version(opts.help, opts.version, _HELP, f"{PROG} (offload-builders {__version__})"):
-        return 0
+def _main(opts: _Options) -> int:
     if not opts.devices:
         raise _Fail(f"no --device given; try '{PROG} --help'")
     if len(opts.files) != 1:

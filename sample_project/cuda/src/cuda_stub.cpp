@@ -3,13 +3,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "stub_kernels.h"  // the registration and launch counts (sample_project/hip/include)
+
 struct dim3 { unsigned x, y, z; };
 struct FatbinWrapper { int magic, version; const void *data; void *unused; };
 
 namespace {
-struct Kernel { const void *stub; const char *name; int registered, launched; };
-Kernel kernels[64];
-int kernel_count, binaries, bad_binaries, unregistered_launches;
+int binaries, bad_binaries;
 }  // namespace
 
 extern "C" {
@@ -27,13 +27,7 @@ void __cudaRegisterFatBinaryEnd(void **) {}
 void __cudaUnregisterFatBinary(void **) {}
 void __cudaRegisterFunction(void **, const void *stub, char *, const char *name, int, void *, void *, void *,
                             void *, int *) {
-  for (int i = 0; i < kernel_count; ++i)
-    if (kernels[i].stub == stub) {
-      ++kernels[i].registered;
-      return;
-    }
-  if (kernel_count < 64)
-    kernels[kernel_count++] = {stub, name, 1, 0};
+  register_kernel(stub, name);
 }
 void __cudaRegisterVar(void **, char *, char *, const char *name, int, unsigned long, int, int) {
   std::printf("CUDA variable %s\n", name);
@@ -44,23 +38,12 @@ int __cudaPopCallConfiguration(dim3 *grid, dim3 *block, unsigned long *shared, v
   return 0;
 }
 int cudaLaunchKernel(const void *stub, dim3, dim3, void **, unsigned long, void *) {
-  for (int i = 0; i < kernel_count; ++i)
-    if (kernels[i].stub == stub) {
-      ++kernels[i].launched;
-      return 0;
-    }
-  ++unregistered_launches;
-  return 1;
+  return launch_kernel(stub) ? 0 : 1;
 }
 }
 
 int cuda_stub_check() {
-  int ok = kernel_count > 0 && binaries > 0 && bad_binaries == 0 && unregistered_launches == 0;
-  for (int i = 0; i < kernel_count; ++i) {
-    std::printf("CUDA kernel %s: registered %d, launched %d\n", kernels[i].name, kernels[i].registered,
-                kernels[i].launched);
-    ok = ok && kernels[i].registered == 1 && kernels[i].launched == 1;
-  }
+  bool ok = kernels_ok("CUDA") && binaries > 0 && bad_binaries == 0;
   std::printf("CUDA fat binaries registered: %d\n", binaries);
   std::printf("CUDA kernels each registered once and launched once: %s\n", ok ? "yes" : "no");
   return ok;

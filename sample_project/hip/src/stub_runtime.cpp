@@ -1,41 +1,11 @@
 // A stand-in for the HIP runtime (libamdhip64), for a machine without ROCm or GPU: the entry points the
 // objects and the registration code call, printing what they get, so the program shows which fat
 // binaries, kernels and variables it registers and which kernels it launches. Nothing runs on a GPU.
-#include <cstdio>
-#include <cstring>
-
-struct dim3 { unsigned x, y, z; };
-struct FatbinWrapper { unsigned magic, version; const char *binary; void *unused; };
+#include "hip_stub_runtime.h"  // the entry points all stand-ins share
 
 extern "C" {
-void **__hipRegisterFatBinary(const FatbinWrapper *w) {
-  static void *handle;
-  unsigned long long entries = 0;
-  if (std::memcmp(w->binary, "__CLANG_OFFLOAD_BUNDLE__", 24) == 0)
-    std::memcpy(&entries, w->binary + 24, sizeof entries);
-  std::printf("fatbin magic=%08x version=%u %.24s entries=%llu\n", w->magic, w->version, w->binary, entries);
-  return &handle;
-}
 void __hipRegisterFunction(void **, const void *, char *, const char *name, int, void *, void *, void *, void *,
                            int *) { std::printf("kernel %s\n", name); }
-void __hipRegisterVar(void **, void *, char *, const char *name, int, unsigned long, int, int) {
-  std::printf("variable %s\n", name);
-}
-// The linker wrapper's registration code (RDC) also registers surfaces and textures.
-void __hipRegisterSurface(void **, void *, char *, const char *name, int, int) { std::printf("surface %s\n", name); }
-void __hipRegisterTexture(void **, void *, char *, const char *name, int, int, int) {
-  std::printf("texture %s\n", name);
-}
-void __hipUnregisterFatBinary(void **) {}
-static dim3 pushed_grid, pushed_block;
-unsigned __hipPushCallConfiguration(dim3 grid, dim3 block, unsigned long, void *) {
-  pushed_grid = grid, pushed_block = block;
-  return 0;
-}
-int __hipPopCallConfiguration(dim3 *grid, dim3 *block, unsigned long *shared, void **stream) {
-  *grid = pushed_grid, *block = pushed_block, *shared = 0, *stream = nullptr;
-  return 0;
-}
 int hipLaunchKernel(const void *, dim3 grid, dim3 block, void **, unsigned long, void *) {
   std::printf("launch grid=%u block=%u\n", grid.x, block.x);
   return 0;
