@@ -191,6 +191,19 @@ def test_dry_run_prints_the_commands_and_writes_nothing(objects, llvm19):
     assert not (work / "dry").exists()
 
 
+def test_remarks_the_driver_passes_are_ignored_and_other_llvm_options_refused(objects, llvm19):
+    """``-Rpass=inline`` reaches the wrapper as ``--offload-opt=-pass-remarks=inline`` (diagnostics only):
+    accepted and kept from the host linker; any other ``--offload-opt`` would change the device code: refused."""
+    work = objects / "x86"
+    done = _offload_link("--dry-run", f"--linker-path={llvm19('ld.lld')}", "--offload-opt=-pass-remarks=inline",
+                         "--", "-o", "dry", "main.o", "libkern.a", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert "pass-remarks" not in done.stderr
+    done = _offload_link(f"--linker-path={llvm19('ld.lld')}", "--offload-opt=-amdgpu-early-inline-all", "main.o",
+                         cwd=work)
+    assert done.returncode == 1 and done.stderr.startswith("offload-link: error: --offload-opt is a")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--", "-o", "x", "main.o"], "--linker-path"),
     (["--linker-path=/usr/bin/ld", "--wrapper-jobs=zero", "main.o"], "--wrapper-jobs"),

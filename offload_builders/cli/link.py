@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
+from offload_builders.cli.options import APPEND, FLAG_ANY, Option, Parser
 
 if TYPE_CHECKING:
     from offload_builders.formats.compressed import CompressionOptions
@@ -61,11 +62,13 @@ Other clang-linker-wrapper options the Clang driver passes (--bitcode-library, -
 rejected by name. Everything not recognised above is a linker argument.
 """
 
-#: clang-linker-wrapper options we accept and ignore, because they do not change what we produce here.
-_IGNORED_PREFIXES = ("--wrapper-time-trace", "--device-debug", "--pass-remarks", "--offload-opt=")
+#: clang-linker-wrapper options we accept and ignore, because they do not change what we produce here (the
+#: driver passes ``-Rpass=X`` on as ``--offload-opt=-pass-remarks=X``: diagnostics only).
+_IGNORED_PREFIXES = ("--wrapper-time-trace", "--device-debug", "--pass-remarks", "--offload-opt=-pass-remarks")
 #: clang-linker-wrapper options whose behaviour we do not implement: refused rather than silently dropped.
 _UNSUPPORTED = ("--embed-bitcode", "--bitcode-library", "--builtin-bitcode", "--clang-backend", "--override-image",
-                "--relocatable", "--print-wrapped-module", "--ptxas-arg", "-mllvm", "--should-extract")
+                "--relocatable", "--print-wrapped-module", "--ptxas-arg", "-mllvm", "--should-extract",
+                "--offload-opt")
 #: Host linker options that take their value as the next argument (so it is not taken for an input).
 _LINKER_VALUE_OPTIONS = frozenset({"-o", "-m", "-dynamic-linker", "--dynamic-linker", "-L", "-l", "-rpath", "-R",
                                    "-soname", "-h", "-z", "-T", "-e", "-u", "-y", "-Map", "--version-script",
@@ -91,69 +94,60 @@ class _Options:
     version: bool = False
 
 
-def _value(arg: str, name: str, args: list[str], i: int) -> tuple[str, int]:
-    if arg.startswith(name + "="):
-        return arg[len(name) + 1:], i
-    if i >= len(args):
-        raise UsageError(f"missing value for {name}")
-    return args[i], i + 1
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise UsageError(f"--wrapper-jobs: expected a positive integer, got '{text}'")
+    return int(text)
+
+
+def _opt_level(text: str) -> str:
+    if text not in ("O0", "O1", "O2", "O3", "Os", "Oz"):
+        raise UsageError(f"--opt-level: expected O0, O1, O2, O3, Os or Oz, got '{text}'")
+    return text
+
+
+def _device_linker(text: str) -> tuple[str | None, str]:
+    triple, sep, value = text.partition("=")
+    return (triple, value) if sep and not triple.startswith("-") else (None, text)
+
+
+def _compression_level(text: str) -> int:
+    if not text.lstrip("-").isdigit():
+        raise UsageError(f"--compression-level: expected an integer, got '{text}'")
+    return int(text)
+
+
+_PARSER = Parser(PROG, [
+    Option("--help", "-help", "--help-hidden", action=FLAG_ANY),
+    Option("--version", action=FLAG_ANY),
+    Option("--host-triple"),
+    Option("--linker-path"),
+    Option("--wrapper-jobs", dest="jobs", check=_jobs),
+    Option("--opt-level", check=_opt_level),
+    Option("--device-linker", action=APPEND, check=_device_linker),
+    Option("--cuda-path"),
+    # The Clang 19 driver passes --offload-compress on as -compress (which its wrapper hands to ld).
+    Option("--compress", "-compress", dest="compress", action=FLAG_ANY),
+    Option("--compression-level", "-compression-level", dest="compression_level", check=_compression_level),
+    Option("--save-temps", action=FLAG_ANY),
+    Option("--dry-run", action=FLAG_ANY),
+    Option("--wrapper-verbose", "-v", "--verbose", dest="verbose", action=FLAG_ANY),
+], dashes="exact", missing="missing value for {name}")
 
 
 def _parse(argv: Sequence[str]) -> _Options:
     opts = _Options()
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            opts.linker_args.extend(args[i:])
-            break
+
+    def other(arg: str) -> None:
         name = arg.split("=", 1)[0]
-        if name in ("--help", "-help", "--help-hidden"):
-            opts.help = True
-        elif name in ("--version",):
-            opts.version = True
-        elif name in ("--host-triple",):
-            opts.host_triple, i = _value(arg, name, args, i)
-        elif name == "--linker-path":
-            opts.linker_path, i = _value(arg, name, args, i)
-        elif name == "--wrapper-jobs":
-            text, i = _value(arg, name, args, i)
-            if not text.isdigit() or int(text) == 0:
-                raise UsageError(f"--wrapper-jobs: expected a positive integer, got '{text}'")
-            opts.jobs = int(text)
-        elif name == "--opt-level":
-            opts.opt_level, i = _value(arg, name, args, i)
-            if opts.opt_level not in ("O0", "O1", "O2", "O3", "Os", "Oz"):
-                raise UsageError(f"--opt-level: expected O0, O1, O2, O3, Os or Oz, got '{opts.opt_level}'")
-        elif name == "--device-linker":
-            text, i = _value(arg, name, args, i)
-            triple, sep, value = text.partition("=")
-            opts.device_linker.append((triple, value) if sep and not triple.startswith("-") else (None, text))
-        elif name == "--cuda-path":
-            opts.cuda_path, i = _value(arg, name, args, i)
-        elif name in ("--compress", "-compress"):
-            # The Clang 19 driver passes --offload-compress on as -compress (which its wrapper hands to ld).
-            opts.compress = True
-        elif name in ("--compression-level", "-compression-level"):
-            text, i = _value(arg, name, args, i)
-            if not text.lstrip("-").isdigit():
-                raise UsageError(f"{name}: expected an integer, got '{text}'")
-            opts.compression_level = int(text)
-        elif name == "--save-temps":
-            opts.save_temps = True
-        elif name == "--dry-run":
-            opts.dry_run = True
-        elif name in ("--wrapper-verbose", "-v", "--verbose"):
-            opts.verbose = True
-        elif name.startswith(_IGNORED_PREFIXES):
-            continue
-        elif name in _UNSUPPORTED:
+        if arg.startswith(_IGNORED_PREFIXES):
+            return
+        if name in _UNSUPPORTED:
             raise UsageError(f"{name} is a clang-linker-wrapper option {PROG} does not implement; "
                              "use clang-linker-wrapper for it")
-        else:
-            opts.linker_args.append(arg)
+        opts.linker_args.append(arg)
+
+    _PARSER.parse(argv, opts, opts.linker_args.append, rest=opts.linker_args.extend, unknown=other)
     if opts.help or opts.version:
         return opts
     if not opts.host_triple.startswith("x86_64") or "linux" not in opts.host_triple:
