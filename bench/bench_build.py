@@ -69,6 +69,8 @@ SCONSTRUCT = textwrap.dedent("""
         offload = ["-fopenmp", "--offload-arch=" + archs, *libraries, "-O2"]
         objects = [env.Object(source, CXXFLAGS=offload) for source in sources]
         env.Program("prog", objects, LINKFLAGS=["-fopenmp", "--offload-arch=" + archs, "-fuse-ld=lld"])
+    if "decider" in ARGUMENTS:  # --decider: the project's choice, the same on both sides
+        env.Decider(ARGUMENTS["decider"])
     Alias("objects", objects)
     if "template" in ARGUMENTS:  # a generated tree (bench_build --scale): copy the template's outputs
         import os, re, shlex, shutil
@@ -122,10 +124,19 @@ def generate(root: Path, count: int) -> None:
     (root / "SConstruct").write_text(SCONSTRUCT)
 
 
+#: ``--decider``: passed to both sides' SConstruct (``env.Decider``); None: SCons' default (content).
+DECIDER: str | None = None
+
+#: The environment of the SCons runs: Python's bytecode cache on, as in an installed package (with
+#: PYTHONDONTWRITEBYTECODE, every run would compile our modules from source: about 0.1 s a run on one side).
+ENVIRON = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> float:
+    decider = [f"decider={DECIDER}"] if DECIDER else []
     start = time.perf_counter()
-    subprocess.run([SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *extra],
-                   cwd=root, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *extra],
+                   cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)
     return time.perf_counter() - start
 
 
@@ -282,7 +293,14 @@ def plot(results: dict[tuple[int, int], list[Row]], path: Path) -> bool:
                 axes.plot(*zip(*points), line + style, label=f"{label}: {'ours' if side == 'ours' else 'driver'}")
     axes.set_xscale("log")
     axes.set_yscale("log")
-    axes.set_xlabel("sources x targets")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    points = sorted(results)
+    axes.set_xticks([s * t for s, t in points], labels=[f"{s}x{t}" for s, t in points])
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(ScalarFormatter())
+    axes.set_xlabel("sources x targets (log scale)")
     axes.set_ylabel("wall time (s), SCons -j2")
     axes.set_title("bench_build --scale: ours vs the monolithic driver")
     axes.grid(True, which="both", alpha=0.3)
@@ -310,7 +328,8 @@ def scale(args: argparse.Namespace) -> int:
             results[sources, targets] = scale_point(Path(scratch), sources, targets, args.repeat, real)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
-              f" the rounds' ratios; targets: the first N of {','.join(SCALE_TARGETS)}")
+              f" the rounds' ratios; targets: the first N of {','.join(SCALE_TARGETS)};"
+              f" decider: {args.decider or 'SCons default (content)'}")
     with open(args.output_dir / "scale.txt", "w") as table:
         for out in (sys.stdout, table):
             print(header, file=out)
@@ -336,9 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-up-to", type=int, default=64,
                         help="--scale: compile points up to this many sources; generate larger ones (default 64)")
     parser.add_argument("--no-op-only", action="store_true", help="--scale: only the no-op, every point generated")
-    parser.add_argument("--output-dir", type=Path, default=Path("bench-results"),
-                        help="--scale: where scale.txt and scale.png go (default ./bench-results)")
+    parser.add_argument("--output-dir", type=Path, default=Path(__file__).parent / "results",
+                        help="--scale: where scale.txt and scale.png go (default bench/results)")
+    parser.add_argument("--decider", choices=("content", "content-timestamp", "timestamp-newer", "timestamp-match"),
+                        help="env.Decider(...) on both sides (default: SCons' own, content); content-timestamp"
+                             " hashes only files whose time stamp changed")
     args = parser.parse_args(argv)
+    global DECIDER
+    DECIDER = args.decider
     if args.scale:
         return scale(args)
     with tempfile.TemporaryDirectory(prefix="offload-bench-") as scratch:
