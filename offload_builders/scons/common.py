@@ -24,6 +24,7 @@ import SCons.Action
 import SCons.Builder
 import SCons.Errors
 import SCons.Node.FS
+import SCons.Node.Python
 import SCons.Platform.posix
 import SCons.Script
 import SCons.Subst
@@ -149,7 +150,10 @@ def compile_flags(env, target, source, for_signature: bool, language: str) -> tu
 
 
 def partial_path(env, node) -> str:
-    return str(node) + env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+    suffix = env.get("OFFLOAD_PARTIAL_SUFFIX")
+    if not (isinstance(suffix, str) and "$" not in suffix):  # a plain string (the default) needs no subst
+        suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+    return str(node) + suffix
 
 
 def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
@@ -561,18 +565,31 @@ def program_stamp(program: str) -> str:
     return f"{resolved} size={status.st_size} mtime_ns={status.st_mtime_ns}"
 
 
+def _depend_on_stamps(nodes, paths: Sequence[str]) -> None:
+    """``env.Depends(nodes, env.Value(program_stamp(path)))`` for each path, without ``Depends``' node lookups:
+    ``nodes`` are nodes already (a builder's), and the stamps' value nodes are made once per build."""
+    values = [_stamp_value(path) for path in paths]
+    if values:
+        for node in nodes:
+            node.add_dependency(values)
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp_value(path: str) -> SCons.Node.Python.Value:
+    return SCons.Node.Python.ValueWithMemo(program_stamp(path))
+
+
 def depend_on_program(env, nodes, overrides: dict, template) -> None:
     program = str(template.argv[0]) if template is not None and template.argv else ""
     if overrides and os.path.isabs(program):
-        env.Depends(nodes, env.Value(program_stamp(program)))
+        _depend_on_stamps(nodes, [program])
 
 
 def depend_on_device_libraries(env, nodes, template) -> None:
     """Make compile nodes depend on the device libraries their command links (``-mlink-builtin-bitcode``:
     ROCm's ocml/oclc, libdevice, the NVPTX OpenMP runtime), each by its stamp, so an upgraded library
     package rebuilds them. SCons would not see them otherwise: they are arguments, not sources."""
-    for path in _linked_libraries(tuple(template.argv) if template is not None else ()):
-        env.Depends(nodes, env.Value(program_stamp(path)))
+    _depend_on_stamps(nodes, _linked_libraries(tuple(template.argv) if template is not None else ()))
 
 
 @functools.lru_cache(maxsize=256)
