@@ -293,13 +293,14 @@ def plot(results: dict[tuple[int, int], list[Row]], path: Path) -> bool:
                 axes.plot(*zip(*points), line + style, label=f"{label}: {'ours' if side == 'ours' else 'driver'}")
     axes.set_xscale("log")
     axes.set_yscale("log")
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
     points = sorted(results)
     axes.set_xticks([s * t for s, t in points], labels=[f"{s}x{t}" for s, t in points])
     axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     axes.yaxis.set_major_formatter(ScalarFormatter())
-    axes.yaxis.set_minor_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(NullFormatter())
     axes.set_xlabel("sources x targets (log scale)")
     axes.set_ylabel("wall time (s), SCons -j2")
     axes.set_title("bench_build --scale: ours vs the monolithic driver")
@@ -332,6 +333,7 @@ def scale(args: argparse.Namespace) -> int:
               f" decider: {args.decider or 'SCons default (content)'}")
     with open(args.output_dir / "scale.txt", "w") as table:
         for out in (sys.stdout, table):
+            print(f"$ {Path(sys.executable).name} bench/bench_build.py {' '.join(sys.argv[1:])}", file=out)
             print(header, file=out)
             for (sources, targets), rows in results.items():
                 real = not args.no_op_only and sources <= args.real_up_to
