@@ -7,12 +7,26 @@ Generates N synthetic OpenMP offload sources, then builds them two ways with SCo
 * ``mono``: one ``clang++ -fopenmp --offload-arch=<all> -c`` per source (what CMake/Meson do today),
   linked by the driver.
 
-and prints wall-clock times and the ratio ours/mono for: full build at -j1 and -j2, adding one target
+and prints wall-clock times and the ratio ours/mono for: full build at -j1 and -j2, editing one source's
+device code (a target region) or only its host code and rebuilding, at -j1 and -j2, adding one target
 to a 4-target build, removing one, and a no-op rebuild. The modes take turns within each of the
 ``--repeat`` rounds; the table gives the best times, their ratio and the median of the rounds' ratios.
 Timings on a shared machine are noisy: run several rounds before believing a small difference.
 
+``--scale`` measures instead how the two sides grow with sources x targets (``--points``, default
+``8x4,64x4,256x8``): full builds (-j1, -j2), the edit loop (edit one source's device code, rebuild the
+program, -j2) and the no-op (-j2). Points with more than ``--real-up-to`` sources (default 64), and every
+point with ``--no-op-only``, get a *generated* tree instead of a compiled one: both sides compile one
+kernel and ``main.cpp`` for real (the template), then SCons builds the whole graph once with a ``$SPAWN``
+that copies the template's output of each command instead of running it (kernel_<n>'s file from
+kernel_0's). ``$SPAWN`` is in no signature, so SCons records exactly the signatures a real build would,
+and the timed no-ops run with SCons' own ``$SPAWN`` over real files and real signatures. (Such a tree
+cannot be edited and relinked: its objects define the same symbols; the edit loop is measured on
+compiled points only.) It writes the table and a plot (``scale.txt``, ``scale.png``: needs matplotlib,
+``pip install .[bench]``) to ``--output-dir``.
+
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1]
+    .venv/bin/python bench/bench_build.py --scale [--points 8x4,64x4,256x8] [--no-op-only] [--output-dir DIR]
 """
 from __future__ import annotations
 
@@ -32,6 +46,8 @@ SCONS = str(Path(sys.executable).with_name("scons"))
 BASE_TARGETS = ["sm_80", "sm_90", "gfx90a", "gfx942"]
 ADDED_TARGET = "gfx1030"
 REMOVED_TARGET = "gfx942"
+#: The targets of the scale points, the first N for N targets.
+SCALE_TARGETS = ["sm_80", "sm_90", "gfx90a", "gfx942", "sm_75", "sm_86", "gfx908", "gfx1030"]
 
 SCONSTRUCT = textwrap.dedent("""
     import offload_builders.scons
@@ -53,7 +69,20 @@ SCONSTRUCT = textwrap.dedent("""
         offload = ["-fopenmp", "--offload-arch=" + archs, *libraries, "-O2"]
         objects = [env.Object(source, CXXFLAGS=offload) for source in sources]
         env.Program("prog", objects, LINKFLAGS=["-fopenmp", "--offload-arch=" + archs, "-fuse-ld=lld"])
+    if "decider" in ARGUMENTS:  # --decider: the project's choice, the same on both sides
+        env.Decider(ARGUMENTS["decider"])
     Alias("objects", objects)
+    if "template" in ARGUMENTS:  # a generated tree (bench_build --scale): copy the template's outputs
+        import os, re, shlex, shutil
+
+        def copy_from_template(sh, escape, cmd, args, spawn_env, template=ARGUMENTS["template"]):
+            words = shlex.split(" ".join(args))  # the words as the shell would pass them
+            output = os.path.relpath(words[words.index("-o") + 1] if "-o" in words
+                                     else next(word for word in words if word.endswith(".partial")))
+            output = output[:-len(".partial")] if output.endswith(".partial") else output
+            shutil.copyfile(os.path.join(template, re.sub(r"kernel_[0-9]+", "kernel_0", output)), output)
+            return 0
+        env["SPAWN"] = copy_from_template
 """)
 
 SOURCE = textwrap.dedent("""
@@ -61,6 +90,7 @@ SOURCE = textwrap.dedent("""
     #pragma omp declare target
     double weight_{i} = {i}.5;
     #pragma omp end declare target
+    double host_only_{i}() {{ return {host}; }}
     double kernel_{i}(double *x, std::size_t n) {{
       double sum = 0;
     #pragma omp target teams distribute parallel for reduction(+ : sum) map(tofrom : x[0 : n])
@@ -71,9 +101,14 @@ SOURCE = textwrap.dedent("""
       }}
     #pragma omp target teams distribute parallel for map(tofrom : x[0 : n])
       for (std::size_t k = 0; k < n; ++k) x[k] -= sum / n;
-      return sum;
+      return sum + host_only_{i}();
     }}
 """)
+
+
+def source_text(i: int, device_edits: int = 0, host_edits: int = 0) -> str:
+    """kernel_<i>.cpp after some edits of its target region (the loop count) and of its host-only function."""
+    return SOURCE.format(i=i, rounds=3 + i % 5 + device_edits, host=f"{i}.{host_edits}")
 
 
 def generate(root: Path, count: int) -> None:
@@ -81,7 +116,7 @@ def generate(root: Path, count: int) -> None:
     src = root / "src"
     src.mkdir(parents=True)
     for i in range(count):
-        (src / f"kernel_{i}.cpp").write_text(SOURCE.format(i=i, rounds=3 + i % 5))
+        (src / f"kernel_{i}.cpp").write_text(source_text(i))
     calls = "\n".join(f"  double kernel_{i}(double *, std::size_t); total += kernel_{i}(x, 256);" for i in range(count))
     (src / "main.cpp").write_text(
         "#include <cstddef>\n#include <cstdio>\nint main() {\n  static double x[256];\n  double total = 0;\n"
@@ -89,10 +124,19 @@ def generate(root: Path, count: int) -> None:
     (root / "SConstruct").write_text(SCONSTRUCT)
 
 
+#: ``--decider``: passed to both sides' SConstruct (``env.Decider``); None: SCons' default (content).
+DECIDER: str | None = None
+
+#: The environment of the SCons runs: Python's bytecode cache on, as in an installed package (with
+#: PYTHONDONTWRITEBYTECODE, every run would compile our modules from source: about 0.1 s a run on one side).
+ENVIRON = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> float:
+    decider = [f"decider={DECIDER}"] if DECIDER else []
     start = time.perf_counter()
-    subprocess.run([SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *extra],
-                   cwd=root, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *extra],
+                   cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)
     return time.perf_counter() - start
 
 
@@ -103,6 +147,20 @@ def clean(root: Path) -> None:
     for path in (root / "src").iterdir():
         if path.suffix != ".cpp":
             path.unlink()
+
+
+class Editor:
+    """Edits kernel_0.cpp of a tree, each time a real change: its target region, or only its host code."""
+
+    def __init__(self, root: Path) -> None:
+        self.path, self.device, self.host = root / "src" / "kernel_0.cpp", 0, 0
+
+    def edit(self, device: bool) -> None:
+        if device:
+            self.device += 1
+        else:
+            self.host += 1
+        self.path.write_text(source_text(0, self.device, self.host))
 
 
 def paired(ours: Callable[[], float], theirs: Callable[[], float], repeat: int) -> tuple[float, float, float]:
@@ -121,60 +179,206 @@ def paired(ours: Callable[[], float], theirs: Callable[[], float], repeat: int) 
     return min(times["ours"]), min(times["theirs"]), statistics.median(ratios)
 
 
-def measure(roots: dict[str, Path], repeat: int, *targets: str) -> list[tuple[str, dict[str, float]]]:
+Row = tuple[str, dict[str, float]]
+
+
+def best(roots: dict[str, Path], repeat: int, scenario: Callable[[str, Path], float]) -> dict[str, float]:
+    ours, mono, ratio = paired(lambda: scenario("ours", roots["ours"]), lambda: scenario("mono", roots["mono"]), repeat)
+    return {"ours": ours, "mono": mono, "ratio": ratio}
+
+
+def full_build(archs: list[str], jobs: int, *targets: str) -> Callable[[str, Path], float]:
+    def run(mode: str, root: Path) -> float:
+        clean(root)
+        return scons(root, mode, archs, jobs, *targets)
+    return run
+
+
+def edit_rebuild(editors: dict[Path, Editor], archs: list[str], jobs: int, device: bool,
+                 *targets: str) -> Callable[[str, Path], float]:
+    """Bring the tree up to date (not timed), edit kernel_0.cpp, time the rebuild."""
+    def run(mode: str, root: Path) -> float:
+        scons(root, mode, archs, jobs, *targets)
+        editors.setdefault(root, Editor(root)).edit(device)
+        return scons(root, mode, archs, jobs, *targets)
+    return run
+
+
+def noop(archs: list[str], jobs: int, *targets: str) -> Callable[[str, Path], float]:
+    def run(mode: str, root: Path) -> float:
+        scons(root, mode, archs, jobs, *targets)
+        return scons(root, mode, archs, jobs, *targets)
+    return run
+
+
+def measure(roots: dict[str, Path], repeat: int, *targets: str) -> list[Row]:
     """Each scenario for both modes; ``targets`` limits the builds (``objects``: stop at the fat objects)."""
-    rows: list[tuple[str, dict[str, float]]] = []
+    rows: list[Row] = []
     grown = BASE_TARGETS + [ADDED_TARGET]
     shrunk = [t for t in grown if t != REMOVED_TARGET]
-
-    def best(scenario):
-        ours, mono, ratio = paired(lambda: scenario("ours", roots["ours"]), lambda: scenario("mono", roots["mono"]),
-                                   repeat)
-        return {"ours": ours, "mono": mono, "ratio": ratio}
-
     for jobs in (1, 2):
-        def full(mode, root, jobs=jobs):
-            clean(root)
-            return scons(root, mode, BASE_TARGETS, jobs, *targets)
-        rows.append((f"full build, 4 targets, -j{jobs}", best(full)))
+        rows.append((f"full build, 4 targets, -j{jobs}", best(roots, repeat, full_build(BASE_TARGETS, jobs, *targets))))
+    editors: dict[Path, Editor] = {}
+    for device, what in ((True, "edit one source's device code"), (False, "edit one source's host code only")):
+        for jobs in (1, 2):
+            rows.append((f"{what}, -j{jobs}", best(roots, repeat, edit_rebuild(editors, BASE_TARGETS, jobs, device,
+                                                                                 *targets))))
 
     def add(mode, root):
         scons(root, mode, BASE_TARGETS, 2, *targets)
         return scons(root, mode, grown, 2, *targets)
-    rows.append((f"add {ADDED_TARGET} to 4 targets, -j2", best(add)))
+    rows.append((f"add {ADDED_TARGET} to 4 targets, -j2", best(roots, repeat, add)))
 
     def remove(mode, root):
         scons(root, mode, grown, 2, *targets)
         return scons(root, mode, shrunk, 2, *targets)
-    rows.append((f"remove {REMOVED_TARGET} from 5 targets, -j2", best(remove)))
-
-    def noop(mode, root):
-        scons(root, mode, shrunk, 2, *targets)
-        return scons(root, mode, shrunk, 2, *targets)
-    rows.append(("no-op rebuild, -j2", best(noop)))
+    rows.append((f"remove {REMOVED_TARGET} from 5 targets, -j2", best(roots, repeat, remove)))
+    rows.append(("no-op rebuild, -j2", best(roots, repeat, noop(shrunk, 2, *targets))))
     return rows
+
+
+def generated_build(scratch: Path, roots: dict[str, Path], archs: list[str]) -> None:
+    """Build each side's tree as a generated one (see the module's docstring): compile a one-kernel template
+    for real, then let SCons build the whole graph with a ``$SPAWN`` that copies the template's outputs."""
+    for mode, root in roots.items():
+        template = scratch / f"template-{mode}-{len(archs)}"
+        if not template.exists():
+            generate(template, 1)
+            scons(template, mode, archs, 2)
+        scons(root, mode, archs, 2, f"template={template}")
+
+
+def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bool) -> list[Row]:
+    """The scale rows of one point (sources x targets): see the module's docstring."""
+    archs = SCALE_TARGETS[:targets]
+    roots = {mode: scratch / f"{mode}-{sources}x{targets}" for mode in ("ours", "mono")}
+    for root in roots.values():
+        generate(root, sources)
+    rows: list[Row] = []
+    if real:
+        for jobs in (1, 2):
+            rows.append((f"full build, -j{jobs}", best(roots, repeat, full_build(archs, jobs))))
+        rows.append(("edit one source's device code, -j2", best(roots, repeat, edit_rebuild({}, archs, 2, True))))
+    else:
+        generated_build(scratch, roots, archs)
+    rows.append(("no-op rebuild, -j2", best(roots, repeat, noop(archs, 2))))
+    for root in roots.values():
+        shutil.rmtree(root)
+    return rows
+
+
+def print_table(title: str, rows: list[Row], file=None) -> None:
+    print(f"\n{title}", file=file)
+    print(f"{'scenario':<40} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10} {'median':>7}", file=file)
+    for name, times in rows:
+        print(f"{name:<40} {times['ours']:>9.2f} {times['mono']:>9.2f} {times['ours'] / times['mono']:>10.2f}"
+              f" {times['ratio']:>7.2f}", file=file)
+
+
+def plot(results: dict[tuple[int, int], list[Row]], path: Path) -> bool:
+    """No-op and edit-loop times against sources x targets, both sides (False: matplotlib is missing)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for prefix, label, style in (("no-op", "no-op", "o"), ("edit", "edit one kernel, rebuild", "s")):
+        for side, line in (("ours", "-"), ("mono", "--")):
+            points = sorted((s * t, times[side]) for (s, t), rows in results.items()
+                            for name, times in rows if name.startswith(prefix))
+            if points:
+                axes.plot(*zip(*points), line + style, label=f"{label}: {'ours' if side == 'ours' else 'driver'}")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    points = sorted(results)
+    axes.set_xticks([s * t for s, t in points], labels=[f"{s}x{t}" for s, t in points])
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(NullFormatter())
+    axes.set_xlabel("sources x targets (log scale)")
+    axes.set_ylabel("wall time (s), SCons -j2")
+    axes.set_title("bench_build --scale: ours vs the monolithic driver")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return True
+
+
+def parse_points(text: str) -> list[tuple[int, int]]:
+    points = []
+    for item in text.split(","):
+        sources, _, targets = item.partition("x")
+        if not (sources.isdigit() and targets.isdigit()) or not 1 <= int(targets) <= len(SCALE_TARGETS):
+            raise argparse.ArgumentTypeError(f"{item!r}: expected <sources>x<targets>, targets 1-{len(SCALE_TARGETS)}")
+        points.append((int(sources), int(targets)))
+    return points
+
+
+def scale(args: argparse.Namespace) -> int:
+    results: dict[tuple[int, int], list[Row]] = {}
+    with tempfile.TemporaryDirectory(prefix="offload-bench-") as scratch:
+        for sources, targets in args.points:
+            real = not args.no_op_only and sources <= args.real_up_to
+            results[sources, targets] = scale_point(Path(scratch), sources, targets, args.repeat, real)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
+              f" the rounds' ratios; targets: the first N of {','.join(SCALE_TARGETS)};"
+              f" decider: {args.decider or 'SCons default (content)'}")
+    with open(args.output_dir / "scale.txt", "w") as table:
+        for out in (sys.stdout, table):
+            print(f"$ {Path(sys.executable).name} bench/bench_build.py {' '.join(sys.argv[1:])}", file=out)
+            print(header, file=out)
+            for (sources, targets), rows in results.items():
+                real = not args.no_op_only and sources <= args.real_up_to
+                print_table(f"{sources} sources + main.cpp x {targets} targets"
+                            f" ({'compiled' if real else 'generated tree, see --help'})", rows, out)
+    print(f"\ntable: {args.output_dir / 'scale.txt'}")
+    if plot(results, args.output_dir / "scale.png"):
+        print(f"plot: {args.output_dir / 'scale.png'}")
+    else:
+        print("no plot: matplotlib is not installed (pip install '.[bench]')")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=8, help="synthetic kernel sources (plus main.cpp)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds per cell (the modes take turns)")
+    parser.add_argument("--scale", action="store_true", help="measure growth with sources x targets instead")
+    parser.add_argument("--points", type=parse_points, default=parse_points("8x4,64x4,256x8"),
+                        help="--scale: <sources>x<targets>,... (default 8x4,64x4,256x8)")
+    parser.add_argument("--real-up-to", type=int, default=64,
+                        help="--scale: compile points up to this many sources; generate larger ones (default 64)")
+    parser.add_argument("--no-op-only", action="store_true", help="--scale: only the no-op, every point generated")
+    parser.add_argument("--output-dir", type=Path, default=Path(__file__).parent / "results",
+                        help="--scale: where scale.txt and scale.png go (default bench/results)")
+    parser.add_argument("--decider", choices=("content", "content-timestamp", "timestamp-newer", "timestamp-match"),
+                        help="env.Decider(...) on both sides (default: SCons' own, content); content-timestamp"
+                             " hashes only files whose time stamp changed")
     args = parser.parse_args(argv)
+    global DECIDER
+    DECIDER = args.decider
+    if args.scale:
+        return scale(args)
     with tempfile.TemporaryDirectory(prefix="offload-bench-") as scratch:
         roots = {}
         for mode in ("ours", "mono"):
             roots[mode] = Path(scratch) / mode
             generate(roots[mode], args.sources)
         tables = {"compile only (up to the fat objects)": measure(roots, args.repeat, "objects"),
-                  "whole program (ours: our link nodes; mono: the driver link through clang-linker-wrapper)": measure(roots, args.repeat)}
+                  "whole program (ours: our link nodes; mono: the driver link through clang-linker-wrapper)":
+                  measure(roots, args.repeat)}
     print(f"{args.sources} kernel sources + main.cpp, targets {','.join(BASE_TARGETS)}, {os.cpu_count()} CPUs;"
           f" best of {args.repeat} interleaved rounds, and the median of the rounds' ratios")
     for title, rows in tables.items():
-        print(f"\n{title}")
-        print(f"{'scenario':<40} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10} {'median':>7}")
-        for name, times in rows:
-            print(f"{name:<40} {times['ours']:>9.2f} {times['mono']:>9.2f} {times['ours'] / times['mono']:>10.2f}"
-                  f" {times['ratio']:>7.2f}")
+        print_table(title, rows)
     return 0
 
 

@@ -320,13 +320,21 @@ def portable_signature(argv: Sequence[str], top: str) -> list[str]:
     compilation-directory and prefix-map flags are written with :data:`SIGNATURE_TOP`. Otherwise ``argv``
     stays as it is: the output records this checkout, and another checkout must not reuse it.
     """
-    tops = tuple(dict.fromkeys(path.rstrip("/") for path in (top, os.path.realpath(top))))
-    for recorder, flags in _RECORDS_DIRECTORY.items():
-        if any(arg.startswith(recorder) for arg in argv) and (flags is None or _records_top(argv, *flags, tops)):
-            return list(argv)
+    # Every node's signature goes through here (~80 words a -cc1 line): the words are searched as one string
+    # (no word holds a NUL) for the few that start with a flag of interest, which are looked at one by one.
+    joined = "\0" + "\0".join(argv)
+    positions = _words_starting_with(joined, _SIGNATURE_FLAGS)
+    if not positions:
+        return list(argv)
+    found = [word for _, word in positions]
+    tops = _tops(top)
+    if any(arg.startswith(_RECORDERS) for arg in found):
+        for recorder, flags in _RECORDS_DIRECTORY.items():
+            if any(arg.startswith(recorder) for arg in found) and (flags is None or _records_top(found, *flags, tops)):
+                return list(argv)
 
     def portable(arg: str) -> str:
-        for flag in (*COMPILATION_DIR_FLAGS, *PREFIX_MAP_FLAGS):
+        for flag in _PORTABLE_FLAGS:
             if arg.startswith(flag):
                 value = arg[len(flag):]
                 for path in tops:
@@ -334,7 +342,39 @@ def portable_signature(argv: Sequence[str], top: str) -> list[str]:
                         return flag + SIGNATURE_TOP + value[len(path):]
         return arg
 
-    return [portable(arg) for arg in argv]
+    pieces, done = [], 0
+    for start, word in positions:
+        if word.startswith(_PORTABLE_FLAGS) and (rewritten := portable(word)) != word:
+            pieces += [joined[done:start], rewritten]
+            done = start + len(word)
+    pieces.append(joined[done:])
+    return "".join(pieces).split("\0")[1:]
+
+
+def _words_starting_with(joined: str, flags: Sequence[str]) -> list[tuple[int, str]]:
+    """(offset, word) of each word of a NUL-joined, NUL-prefixed argv that starts with one of ``flags``, in
+    argv order (substring searches: no Python loop over the words)."""
+    found = []
+    for flag in flags:
+        start = joined.find("\0" + flag)
+        while start >= 0:
+            end = joined.find("\0", start + 1)
+            found.append((start + 1, joined[start + 1:end if end >= 0 else len(joined)]))
+            start = joined.find("\0" + flag, start + 1)
+    return sorted(found)
+
+
+#: The flags :func:`portable_signature` rewrites, and every flag it reads to decide whether it may.
+_PORTABLE_FLAGS: tuple[str, ...] = (*COMPILATION_DIR_FLAGS, *PREFIX_MAP_FLAGS)
+_RECORDERS: tuple[str, ...] = tuple(_RECORDS_DIRECTORY)
+_SIGNATURE_FLAGS: tuple[str, ...] = tuple(dict.fromkeys((*_PORTABLE_FLAGS, *_RECORDS_DIRECTORY, *(
+    flag for flags in _RECORDS_DIRECTORY.values() if flags for flag in flags))))
+
+
+@functools.lru_cache(maxsize=64)
+def _tops(top: str) -> tuple[str, ...]:
+    """``top`` as given and resolved (one ``realpath`` per top directory, not per node)."""
+    return tuple(dict.fromkeys(path.rstrip("/") for path in (top, os.path.realpath(top))))
 
 
 def image_spec(packager_job: Sequence[str]) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ import SCons.Action
 import SCons.Builder
 import SCons.Errors
 import SCons.Node.FS
+import SCons.Node.Python
 import SCons.Platform.posix
 import SCons.Script
 import SCons.Subst
@@ -58,11 +59,16 @@ def toolchain_for(env) -> Toolchain:
         raise user_error(error) from None
 
 
+def top_directory(env) -> str:
+    """The project's top directory (``#``), without ``env.Dir``'s substitution and lookup (per node, it adds up)."""
+    return env.fs.Top.get_abspath()
+
+
 def probe_cache_for(env) -> ProbeCache | None:
     """The project's probe cache (``$OFFLOAD_PROBE_CACHE`` under the top directory), or None where it is ''."""
     if not env.get("OFFLOAD_PROBE_CACHE"):
         return None
-    return probe_cache(os.path.join(env.Dir("#").abspath, env.subst("$OFFLOAD_PROBE_CACHE")))
+    return probe_cache(os.path.join(top_directory(env), env.subst("$OFFLOAD_PROBE_CACHE")))
 
 
 #: The host link's default command line (``$OFFLOAD_LINKCOM``): while it is this line, :class:`HostLinkAction`
@@ -75,8 +81,15 @@ def selected_targets(env) -> tuple[TargetID, ...]:
     value = env.get("OFFLOAD_ARCHS")
     if isinstance(value, str):
         value = env.subst(value)
+    words = value if isinstance(value, str) else tuple(str(word) for word in SCons.Util.flatten(value))
+    return _parsed_archs(words)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_archs(words: str | tuple[str, ...]) -> tuple[TargetID, ...]:
+    """Parsed once per distinct value: every source's emitter asks (hundreds of times in a large project)."""
     try:
-        return parse_offload_archs(SCons.Util.flatten(value) if not isinstance(value, str) else value)
+        return parse_offload_archs(words)
     except OffloadError as error:
         raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
 
@@ -137,7 +150,10 @@ def compile_flags(env, target, source, for_signature: bool, language: str) -> tu
 
 
 def partial_path(env, node) -> str:
-    return str(node) + env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+    suffix = env.get("OFFLOAD_PARTIAL_SUFFIX")
+    if not (isinstance(suffix, str) and "$" not in suffix):  # a plain string (the default) needs no subst
+        suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+    return str(node) + suffix
 
 
 def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
@@ -160,23 +176,26 @@ class Renderer:
         self._render = render
         self.__name__ = render.__name__
 
-    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
+    def words(self, target, source, env, for_signature) -> list[str]:
+        """The rendered words (memoized per node and mode): what signatures and command scans read."""
         memo = getattr(target[0].attributes, "_offload_commands", None) if target else None
         key = (self.__name__, bool(for_signature))
         if memo is not None and key in memo:
             return memo[key]
         try:
-            argv = self._render(target, source, env, for_signature)
+            argv = [str(arg) for arg in self._render(target, source, env, for_signature)]
             if for_signature:  # no checkout's location where the output cannot record it (see portable_signature)
-                argv = portable_signature(argv, env.Dir("#").abspath)
-            rendered = _literal(argv)
+                argv = portable_signature(argv, top_directory(env))
         except OffloadError as error:
             raise user_error(error) from None
         if target:
             if memo is None:
                 memo = target[0].attributes._offload_commands = {}
-            memo[key] = rendered
-        return rendered
+            memo[key] = argv
+        return argv
+
+    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
+        return _literal(self.words(target, source, env, for_signature))
 
 
 def mark_model(nodes, model: str) -> None:
@@ -201,13 +220,19 @@ class ModelRenderer(Renderer):
         self.default = default
         self.__name__ = name
 
-    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
+    def renderer(self, target) -> Renderer:
         model = node_model(target)
         renderer = self.by_model.get(model) if model is not None else self.default
         if renderer is None:
             made = f"made by the {model} model" if model is not None else "not made by OffloadObject"
             raise SCons.Errors.UserError(f"{target[0] if target else '?'}: {made}, which has no ${self.__name__}")
-        return renderer(target, source, env, for_signature)
+        return renderer
+
+    def words(self, target, source, env, for_signature) -> list[str]:
+        return self.renderer(target).words(target, source, env, for_signature)
+
+    def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
+        return self.renderer(target)(target, source, env, for_signature)
 
 
 def model_targets_for(env, source, model: str) -> tuple[TargetID, ...]:
@@ -345,18 +370,18 @@ class PhaseCommandAction(SCons.Action.LazyAction):
         return None
 
     @staticmethod
-    def _render(renderer: Renderer, target, source, env, executor, for_signature: bool) -> list:
+    def _render(renderer: Renderer, target, source, env, executor, for_signature: bool) -> list[str]:
         """The renderer's words for the nodes SCons' substitution would give it (the executor's, sources
         through their repository copies)."""
         if executor:
             target, source = executor.get_all_targets(), executor.get_all_sources()
-        return renderer(target, [SCons.Action.rfile(node) for node in source], env, for_signature)
+        return renderer.words(target, [SCons.Action.rfile(node) for node in source], env, for_signature)
 
     def process(self, target, source, env, executor=None, overrides=None):
         renderer = None if overrides else self.renderer(env)
         if renderer is None:
             return super().process(target, source, env, executor, overrides)
-        return [list(self._render(renderer, target, source, env, executor, False))], False, False
+        return [_literal(self._render(renderer, target, source, env, executor, False))], False, False
 
     def get_targets(self, env, executor):
         # A lazy action would make an action of the renderer (and hash its code) to answer this.
@@ -383,7 +408,18 @@ class PhaseCommandAction(SCons.Action.LazyAction):
         renderer = self.renderer(env)
         if renderer is None:
             return super().get_presig(target, source, env, executor)
-        return " ".join(map(str, self._render(renderer, target, source, env, executor, True)))
+        return " ".join(self._render(renderer, target, source, env, executor, True))
+
+    def get_implicit_deps(self, target, source, env, executor=None):
+        """SCons' default command scan (``$IMPLICIT_COMMAND_DEPENDENCIES`` unset or true: the program, the first
+        word found on ``$ENV['PATH']``) read from the rendered words, which SCons would substitute once more
+        (about 1 ms a node); any other setting takes SCons' own path."""
+        renderer = self.renderer(env)
+        if renderer is None or env.get("IMPLICIT_COMMAND_DEPENDENCIES", True) not in (True, 1):
+            return super().get_implicit_deps(target, source, env, executor)
+        words = self._render(renderer, target, source, env, executor, True)
+        program = env.WhereIs(words[0]) if words else None
+        return [env.fs.File(program)] if program else []
 
 
 _SHELL_SPAWN = SCons.Platform.posix.subprocess_spawn
@@ -491,10 +527,15 @@ def phase_action(phase: str) -> SCons.Action.ListAction:
 
 def check_tools_for(env, targets: Sequence[TargetID]) -> None:
     """Fail at read time, before any compile, when a target needs a tool that is not installed."""
-    toolchain = toolchain_for(env)
+    _check_tools(toolchain_for(env), any(tid.kind == "nvptx" for tid in targets))
+
+
+@functools.lru_cache(maxsize=32)
+def _check_tools(toolchain: Toolchain, nvptx: bool) -> None:
+    """Once per toolchain and need, not per source (an error is not cached: it stops the build)."""
     try:
         toolchain.tool("clang-offload-packager")
-        if any(tid.kind == "nvptx" for tid in targets):
+        if nvptx:
             toolchain.cuda_tool("ptxas")
     except OffloadError as error:
         raise user_error(error) from None
@@ -511,9 +552,11 @@ def command_dependency_overrides(env) -> dict:
     return {} if "IMPLICIT_COMMAND_DEPENDENCIES" in env else {"IMPLICIT_COMMAND_DEPENDENCIES": 0}
 
 
+@functools.lru_cache(maxsize=256)
 def program_stamp(program: str) -> str:
     """What identifies an installed program (or device library) for rebuilds: its resolved path, size and
-    modification time (a package update changes them; the toolchain cache keys on the same)."""
+    modification time (a package update changes them; the toolchain cache keys on the same). Read once per
+    build (every compile node names the same few programs and libraries; none changes during a build)."""
     resolved = os.path.realpath(program)
     try:
         status = os.stat(resolved)
@@ -522,18 +565,38 @@ def program_stamp(program: str) -> str:
     return f"{resolved} size={status.st_size} mtime_ns={status.st_mtime_ns}"
 
 
+def _depend_on_stamps(nodes, paths: Sequence[str]) -> None:
+    """``env.Depends(nodes, env.Value(program_stamp(path)))`` for each path, without ``Depends``' node lookups:
+    ``nodes`` are nodes already (a builder's), and the stamps' value nodes are made once per build."""
+    values = [_stamp_value(path) for path in paths]
+    if values:
+        for node in nodes:
+            node.add_dependency(values)
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp_value(path: str) -> SCons.Node.Python.Value:
+    return SCons.Node.Python.ValueWithMemo(program_stamp(path))
+
+
 def depend_on_program(env, nodes, overrides: dict, template) -> None:
     program = str(template.argv[0]) if template is not None and template.argv else ""
     if overrides and os.path.isabs(program):
-        env.Depends(nodes, env.Value(program_stamp(program)))
+        _depend_on_stamps(nodes, [program])
 
 
 def depend_on_device_libraries(env, nodes, template) -> None:
     """Make compile nodes depend on the device libraries their command links (``-mlink-builtin-bitcode``:
     ROCm's ocml/oclc, libdevice, the NVPTX OpenMP runtime), each by its stamp, so an upgraded library
     package rebuilds them. SCons would not see them otherwise: they are arguments, not sources."""
-    for path in device_libraries.linked_libraries(template.argv if template is not None else ()):
-        env.Depends(nodes, env.Value(program_stamp(path)))
+    _depend_on_stamps(nodes, _linked_libraries(tuple(template.argv) if template is not None else ()))
+
+
+@functools.lru_cache(maxsize=256)
+def _linked_libraries(argv: tuple) -> tuple[str, ...]:
+    """:func:`offload_builders.device_libraries.linked_libraries` once per job template (one per target and
+    flags, shared by every source)."""
+    return tuple(device_libraries.linked_libraries(argv))
 
 
 class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
@@ -566,11 +629,36 @@ _SCANS: dict[tuple, linking.ScannedInputs] = {}
 
 def scanned_inputs(paths: Sequence[str]) -> linking.ScannedInputs:
     """Scan the link inputs once per build for all targets (keyed on the files' identity)."""
-    key = tuple((p, st.st_mtime_ns, st.st_size) for p in paths for st in [os.stat(p)] if os.path.exists(p))
+    key = _identity_key(paths)
     if key not in _SCANS:
         _SCANS.clear()
         _SCANS[key] = linking.scan_link_inputs(paths)
     return _SCANS[key]
+
+
+def _identity_key(paths: Sequence[str]) -> tuple:
+    """The files as they are now (path, modification time, size; a missing one by its path alone)."""
+    key: list[tuple] = []
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            key.append((path,))
+        else:
+            key.append((path, status.st_mtime_ns, status.st_size))
+    return tuple(key)
+
+
+_KINDS: dict[tuple, frozenset[str]] = {}
+
+
+def input_offload_kinds(paths: Sequence[str], llvm_version: int) -> frozenset[str]:
+    """:func:`offload_builders.linking.offload_kinds` of the link inputs, read once per build: SCons renders
+    the host link's runtime (which depends on them) for its signature, its command scan and its run."""
+    key = (llvm_version, _identity_key(paths))
+    if key not in _KINDS:
+        _KINDS[key] = linking.offload_kinds(paths, llvm_version)
+    return _KINDS[key]
 
 
 def extract_device_inputs(target, source, env, choose: Callable[..., list[linking.FoundBinary]]) -> int:

@@ -11,7 +11,8 @@ runtime, the host runtime, the link tools' checks) serve ``OffloadProgram``, whi
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import SCons.Action
 import SCons.Builder
@@ -51,6 +52,7 @@ from offload_builders.scons.common import (
     set_default,
     target_flags,
     toolchain_for,
+    top_directory,
     user_error,
     warn_unmatched_keys,
 )
@@ -67,7 +69,7 @@ _MODELS: dict[tuple[Toolchain, str, str], PhaseModel] = {}
 
 
 def _model(env) -> PhaseModel:
-    top = env.Dir("#").abspath
+    top = top_directory(env)
     cache_path = os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
     key = (toolchain_for(env), top, cache_path)
     if key not in _MODELS:
@@ -83,16 +85,53 @@ def _object_of(target) -> list:
     return target if obj is None else [obj]
 
 
-def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
+def _object_memo(target, key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, once per fat object and ``key`` while SCons renders commands (after the SConscripts are
+    read): the host front end and the embed step share the host steps, a target's device compile, ``ptxas``
+    and the package its device steps. All of an object's nodes have its environment, with only our own
+    variables overridden (``$OFFLOAD_TARGET``: part of the key), and its target for ``$TARGET``."""
+    obj = _object_of(target)[0] if target else None
+    memo = getattr(obj.attributes, "offload_steps", None) if obj is not None else None
+    if memo is None:
+        if obj is None:
+            return make()
+        memo = obj.attributes.offload_steps = {}
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
+def _object_flags(env, target, source, for_signature: bool) -> tuple[str, tuple[str, ...]]:
+    """The language and the user's compile flags of the object ``target`` belongs to: the same for all its
+    phases, so expanded once per object and mode, in the object's environment (our per-node overrides,
+    ``$OFFLOAD_TARGET`` and the like, are not the user's flags; per-target flags are ``$OFFLOAD_TARGET_FLAGS``)."""
+    obj = _object_of(target)
     language = language_of(str(source[0]))
-    return _model(env).host_steps(language, compile_flags(env, _object_of(target), source, for_signature, language))
+    build_env = obj[0].get_build_env() if obj and obj[0].has_builder() else env
+    return _object_memo(target, ("flags", str(source[0]), bool(for_signature)), lambda: (
+        language, compile_flags(build_env, obj, source, for_signature, language)))
+
+
+def _object_model(env, target) -> PhaseModel:
+    return _object_memo(target, ("model",), lambda: _model(env))
+
+
+def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
+    def make() -> HostSteps:
+        return _object_model(env, target).host_steps(*_object_flags(env, target, source, for_signature))
+
+    return _object_memo(target, ("host", str(source[0]), bool(for_signature)), make)
 
 
 def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
-    language = language_of(str(source[0]))
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags = compile_flags(env, _object_of(target), source, for_signature, language) + tuple(target_flags(env, tid))
-    return _model(env).device_steps(tid, language, flags)
+    def make() -> DeviceSteps:
+        language, flags = _object_flags(env, target, source, for_signature)
+        tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+        return _object_model(env, target).device_steps(tid, language, flags + tuple(target_flags(env, tid)))
+
+    selected = env.get("OFFLOAD_TARGET")
+    key = ("device", str(source[0]), bool(for_signature), selected if isinstance(selected, str) else None)
+    return make() if key[-1] is None else _object_memo(target, key, make)
 
 
 @Renderer

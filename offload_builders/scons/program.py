@@ -49,6 +49,7 @@ from offload_builders.scons.common import (
     extract_device_inputs,
     function_phase,
     in_process_action,
+    input_offload_kinds,
     model_targets_for,
     partial_path,
     program_link_nodes,
@@ -263,7 +264,7 @@ def host_runtime(target, source, env, for_signature) -> list[str]:
     OpenMP's first."""
     model = _model(env)
     paths = [str(node) for node in source] + [str(node) for node in static_libraries(env)]
-    kinds = {model} | set(linking.offload_kinds(paths, toolchain_for(env).major))
+    kinds = {model} | set(input_offload_kinds(paths, toolchain_for(env).major))
     arguments = []
     if OPENMP in kinds:
         arguments += openmp.runtime_arguments(target, source, env, for_signature)
