@@ -116,7 +116,7 @@ def measure(title: str, root: Path, build: Path, program: str, scons_args: list[
         env = dict(os.environ, OFFLOAD_LINK_JOBS=str(jobs))
         ours = [link[0], f"-B{shim}", *link[1:-1], str(root / "ours.out")]
         rows.append((f"{title}: clang++ -B(offload-link --wrapper-jobs={jobs}) vs clang++",
-                     *paired(lambda env=env: timed(ours, root, env), clang, repeat)))
+                     *paired(lambda env=env, ours=ours: timed(ours, root, env), clang, repeat)))
     return rows
 
 
