@@ -22,7 +22,6 @@ as an OpenMP offload device, packaged with an empty ``arch=``) are target IDs he
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -348,6 +347,8 @@ def _unknown_processor(text: str, processor: str, llvm_version: int) -> TargetID
     if processor.lower() in lowered:  # a case slip: Clang names are case-sensitive
         close = [lowered[processor.lower()]]
     else:
+        import difflib  # only for the error message
+
         close = [lowered[m] for m in difflib.get_close_matches(processor.lower(), list(lowered), n=4, cutoff=0.7)]
     head = f"invalid target ID {text!r}: unknown processor {processor!r} for LLVM {llvm_version}"
     if close:
