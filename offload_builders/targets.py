@@ -22,6 +22,7 @@ as an OpenMP offload device, packaged with an empty ``arch=``) are target IDs he
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -363,6 +364,7 @@ def _check_llvm_version(llvm_version: int) -> None:
         raise ValueError(f"llvm_version must be an integer >= {MIN_LLVM_VERSION}, not {llvm_version!r}")
 
 
+@functools.lru_cache(maxsize=1024)  # a build parses the same few IDs for each of its nodes
 def parse_target_id(text: str, *, llvm_version: int = DEFAULT_LLVM_VERSION) -> TargetID:
     """Parse, validate and canonicalize one target ID as Clang ``llvm_version`` would.
 
