@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import platform
 import re
-import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from offload_builders import device_libraries
 from offload_builders.driver import (
@@ -54,11 +53,11 @@ from offload_builders.driver import (
     value_after,
 )
 from offload_builders.errors import ToolchainError
-from offload_builders.formats.bundle import bundle
-from offload_builders.formats.clang_zstd import compress_file
-from offload_builders.formats.compressed import CompressionOptions, Method
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
+
+if TYPE_CHECKING:  # the bundle and compression writers load where a fat binary is written
+    from offload_builders.formats.compressed import CompressionOptions
 
 #: The language every HIP compile is told (``-x hip``), and the source suffixes that select it.
 HIP_LANGUAGE = "hip"
@@ -212,6 +211,9 @@ def default_flags(toolchain: Toolchain, target: TargetID, flags: Sequence[str],
 
 
 def _multiarch() -> str:
+    import platform
+    import sysconfig
+
     return sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
 
 
@@ -246,6 +248,8 @@ def fatbin_compression(spec: FatbinSpec, version: object = None, level: object =
     asked the driver for, ``--offload-compress`` giving version 2 as in Clang 19) and ``level`` (None or
     ``''``: the flags' ``--offload-compression-level``, else the bundler's default) over ``spec``. A bad
     value is a ``ValueError`` or ``TypeError`` for the caller to word (``$OFFLOAD_HIP_COMPRESS``, ...)."""
+    from offload_builders.formats.compressed import CompressionOptions, Method
+
     if version in (None, "", 0, False):
         if not spec.compress:
             return None
@@ -262,6 +266,9 @@ def write_fatbin(spec: FatbinSpec, ids: Sequence[str], code_objects: Sequence[st
     """Write a source's fat binary as the driver's bundler job would: ``spec``'s host entry, then one entry
     per code object (``ids`` holds the host ID first), aligned, ``CCOB``-compressed with Clang's zstd bytes
     when ``compression`` says so. One writer for the SCons tool and ``offload-compile bundle``."""
+    from offload_builders.formats.bundle import bundle
+    from offload_builders.formats.clang_zstd import compress_file
+
     plain = output + ".uncompressed"
     try:
         bundle([spec.host_input, *code_objects], list(ids), output if compression is None else plain,
@@ -312,6 +319,7 @@ def program_fatbinary(images: Sequence[tuple[str, str]], compression: Compressio
     ``scratch`` is a path prefix for the compressor's files (removed again). One writer for the SCons tool's
     wrap node and ``offload-link`` (:mod:`offload_builders.wrapping`)."""
     from offload_builders import registration  # llvmlite: only where a program is wrapped
+    from offload_builders.formats.clang_zstd import compress_file
 
     ordered = sorted(images, key=lambda image: image[0], reverse=True)
     fatbin = registration.hip_fatbinary(ordered, offload_kind=LINK_BUNDLE_KIND, llvm_version=llvm_version)

@@ -28,31 +28,17 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from offload_builders.driver import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
-from offload_builders.formats.containers import (
-    ContainerKind,
-    FoundBinary,
-    bitcode_linker_symbols,
-    extract_offload_binaries,
-    identify,
-)
-from offload_builders.formats.elf import (
-    STB_LOCAL,
-    STB_WEAK,
-    STT_FILE,
-    STT_SECTION,
-    STV_HIDDEN,
-    STV_INTERNAL,
-    file_reader,
-    read_sections,
-    read_symbols,
-)
-from offload_builders.formats.offload_binary import OffloadBinary, read_offload_binaries
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
+
+if TYPE_CHECKING:  # the format readers load when a link step reads a file, not with the SCons tool
+    from offload_builders.formats.containers import ContainerKind, FoundBinary
+    from offload_builders.formats.offload_binary import OffloadBinary
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.
 GroupKey = tuple[str, str]
@@ -151,6 +137,7 @@ def _key(binary: OffloadBinary) -> GroupKey:
 
 def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
     """Find the offload binaries of the link inputs. Missing files are the host linker's business."""
+    from offload_builders.formats.containers import ContainerKind, extract_offload_binaries, identify
     scanned = ScannedInputs()
     archives_seen: set[tuple[str, bool]] = set()
     for item in inputs:
@@ -212,6 +199,8 @@ def _may_hold_offload_code(path: str) -> bool:
 
 def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:
     """The offload entry sections (of any offload kind) an ELF relocatable object has, non-empty."""
+    from offload_builders.formats.containers import ContainerKind
+    from offload_builders.formats.elf import file_reader, read_sections
     if kind is not ContainerKind.ELF_RELOCATABLE:
         return frozenset()
     with open(path, "rb") as f:
@@ -238,6 +227,7 @@ class DeviceSymbol:
 
 def device_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
     """The global symbols of a device ELF relocatable object or LLVM bitcode file; others have none."""
+    from offload_builders.formats.containers import ContainerKind, identify
     kind = identify(image[:64])
     if kind is ContainerKind.BITCODE:
         return _bitcode_symbols(image, label)
@@ -247,6 +237,17 @@ def device_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
 
 def _elf_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
+    from offload_builders.formats.elf import (
+        STB_LOCAL,
+        STB_WEAK,
+        STT_FILE,
+        STT_SECTION,
+        STV_HIDDEN,
+        STV_INTERNAL,
+        read_sections,
+        read_symbols,
+    )
+
     def pread(length: int, offset: int) -> bytes:
         return image[offset:offset + max(0, length)]
 
@@ -263,6 +264,7 @@ def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
     of each member cost every link ~40 ms per GPU target)."""
     import hashlib
 
+    from offload_builders.formats.containers import bitcode_linker_symbols
     from offload_builders.toolchain import user_cache
 
     cache = user_cache("device-symbols.json")
@@ -384,6 +386,7 @@ _ET_REL = 1
 def registered_entries(path: str) -> list[str]:
     """The names of the OpenMP offload entries (kernels, globals) that the ELF relocatable object ``path``
     registers, in order; [] for anything else (an archive, bitcode, a shared object)."""
+    from offload_builders.formats.elf import file_reader, read_sections, read_symbols
     with open(path, "rb") as f:
         if f.read(4) != b"\x7fELF":
             return []
@@ -399,6 +402,7 @@ def registered_entries(path: str) -> list[str]:
 
 def defined_symbols(image: str) -> frozenset[str] | None:
     """The global names a linked device image (ELF) defines; None where it has no symbol table to tell."""
+    from offload_builders.formats.elf import STB_LOCAL, file_reader, read_sections, read_symbols
     with open(image, "rb") as f:
         reader, size = file_reader(f.fileno()), os.fstat(f.fileno()).st_size
         table = read_sections(reader, size, path=image)
@@ -451,6 +455,7 @@ def write_device_inputs(files: Sequence[FoundBinary], output: str | os.PathLike[
 
 def read_device_inputs(path: str | os.PathLike[str]) -> list[OffloadBinary]:
     """The binaries of a device input file ([] for an empty one: the target has no device code)."""
+    from offload_builders.formats.offload_binary import read_offload_binaries
     if os.path.getsize(path) == 0:
         return []
     return read_offload_binaries(os.fspath(path), path=os.fspath(path))

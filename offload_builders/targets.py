@@ -22,7 +22,7 @@ as an OpenMP offload device, packaged with an empty ``arch=``) are target IDs he
 """
 from __future__ import annotations
 
-import difflib
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -348,6 +348,8 @@ def _unknown_processor(text: str, processor: str, llvm_version: int) -> TargetID
     if processor.lower() in lowered:  # a case slip: Clang names are case-sensitive
         close = [lowered[processor.lower()]]
     else:
+        import difflib  # only for the error message
+
         close = [lowered[m] for m in difflib.get_close_matches(processor.lower(), list(lowered), n=4, cutoff=0.7)]
     head = f"invalid target ID {text!r}: unknown processor {processor!r} for LLVM {llvm_version}"
     if close:
@@ -362,6 +364,7 @@ def _check_llvm_version(llvm_version: int) -> None:
         raise ValueError(f"llvm_version must be an integer >= {MIN_LLVM_VERSION}, not {llvm_version!r}")
 
 
+@functools.lru_cache(maxsize=1024)  # a build parses the same few IDs for each of its nodes
 def parse_target_id(text: str, *, llvm_version: int = DEFAULT_LLVM_VERSION) -> TargetID:
     """Parse, validate and canonicalize one target ID as Clang ``llvm_version`` would.
 

@@ -723,3 +723,28 @@ def test_scons_ninja_generator_is_refused_with_one_clear_error(tmp_path):
     assert "does not support SCons' Ninja generator (--experimental=ninja)" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "k.o").exists() and not (tmp_path / "build.ninja").exists()
+
+
+def test_link_input_kinds_are_remembered_per_user_by_path_size_and_mtime(tmp_path):
+    """The host link's runtime depends on the offload kinds its inputs carry; a no-op must not read every
+    object for them again. A later process answers from the per-user cache while an input's path, size and
+    modification time are unchanged (even though its bytes were swapped here behind the stamp's back), and
+    reads the file again once its modification time moves."""
+    hip_object = tmp_path / "k.o"
+    hip_object.write_bytes(b"\0" * 64 + b".hipFatBinSegment" + b"\0" * 64)  # a plain HIP object's section name
+    cache = tmp_path / "cache"
+    script = ("import sys; from offload_builders.scons.common import input_offload_kinds; "
+              "print(sorted(input_offload_kinds([sys.argv[1]], 19)))")
+
+    def kinds() -> str:
+        environ = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(cache), PYTHONPATH=str(REPO_ROOT))
+        return subprocess.run([sys.executable, "-c", script, str(hip_object)], env=environ, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    assert kinds() == "['hip']"
+    stamp = hip_object.stat()
+    hip_object.write_bytes(b"\0" * stamp.st_size)  # no HIP code any more, same size ...
+    os.utime(hip_object, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # ... and the same time stamp
+    assert kinds() == "['hip']"  # remembered: the file was not read
+    os.utime(hip_object, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))
+    assert kinds() == "[]"

@@ -62,7 +62,7 @@ device libraries for a target are missing, and neither where the user's flags ch
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import SCons.Action
 import SCons.Builder
@@ -73,7 +73,6 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders.errors import OffloadError
-from offload_builders.formats.compressed import CompressionOptions
 from offload_builders.hip_phases import (
     HIP_RUNTIME_LIBRARY,
     HIP_SUFFIXES,
@@ -119,6 +118,9 @@ from offload_builders.scons.common import (
     user_error,
 )
 from offload_builders.targets import TargetID, parse_target_id
+
+if TYPE_CHECKING:
+    from offload_builders.formats.compressed import CompressionOptions
 
 #: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
 #: defaults, whose ``$_OFFLOAD_*`` callables this module replaces.

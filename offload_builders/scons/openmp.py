@@ -126,7 +126,9 @@ def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
 def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
     def make() -> DeviceSteps:
         language, flags = _object_flags(env, target, source, for_signature)
-        tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+        # our emitters set $OFFLOAD_TARGET to the target ID itself: no substitution needed then
+        text = selected if isinstance(selected, str) and "$" not in selected else env.subst("$OFFLOAD_TARGET")
+        tid = parse_target_id(text)
         return _object_model(env, target).device_steps(tid, language, flags + tuple(target_flags(env, tid)))
 
     selected = env.get("OFFLOAD_TARGET")

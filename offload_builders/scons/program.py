@@ -35,7 +35,7 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Warnings
 
-from offload_builders import linking, nvptx_runtime, wrapping
+from offload_builders import linking
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import HIP, LINK, OPENMP, Phase, row
@@ -71,6 +71,8 @@ def _device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
     """Clang 19's selection for ``tid``, every offload kind together; an object that registers OpenMP entries
     (any target) or HIP entries (an AMDGPU target) without code for ``tid`` stops the link (Clang links it
     and the program fails when it runs such a region or kernel)."""
+    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+
     problems = linking.check_entries(scanned, key, str(tid))
     if tid.kind == "amdgpu":
         problems += [f"{obj.path}: HIP kernels or device variables but no device code for {tid}; compile with"
@@ -113,6 +115,8 @@ def offload_wrap(target, source, env) -> int:
     kind present (see the module's docstring and :func:`offload_builders.wrapping.registration_object`); an
     empty image (no device code for that target) is not registered. With no image of any kind: OpenMP's
     empty descriptor, or an empty object for HIP."""
+    from offload_builders import wrapping  # only where a program is wrapped
+
     toolchain = toolchain_for(env)
     model = _model(env)
     images = [wrapping.LinkedImage(linking.group_key(parse_target_id(tid_text)), str(node),
@@ -143,6 +147,8 @@ RUNTIME_NODE_NAMES = (row(Phase.RUNTIMESYMS, OPENMP, LINK).node,
 def _lto_job(target, source, env) -> CommandTemplate | None:
     """The target's device-link job (``clang-nvlink-wrapper``), as probed when the program was declared, for
     the flags the device link renders now; None where it is not that (the driver then links in one step)."""
+    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
                                             target=target, source=source)[0]]
@@ -153,6 +159,8 @@ def _lto_job(target, source, env) -> CommandTemplate | None:
 def offload_runtime_symbols(target, source, env) -> int:
     """``$OFFLOAD_RUNTIMESYMSCOM``: from the link inputs, write what one NVPTX target's cubins take from the
     device runtime (the interface) and the runtime's selected bitcode; both empty where the link is not split."""
+    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     split = None
     if _lto_job(target, source, env) is not None:
@@ -170,6 +178,8 @@ def offload_runtime_symbols(target, source, env) -> int:
 def offload_runtime_link(target, source, env) -> int:
     """``$OFFLOAD_RUNTIMELINKCOM``: link the runtime's part of one NVPTX image from the interface and the
     runtime's bitcode alone (LTO and ptxas, as the one-step device link would), or write an empty file."""
+    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     job = _lto_job(target, source, env)
     scratch = str(target[0]) + ".inputs"
