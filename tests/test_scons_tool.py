@@ -272,6 +272,17 @@ def test_a_kernel_edit_skips_the_nvptx_device_runtime_node(project):
     assert image.read_bytes() == split
 
 
+def test_the_nvptx_device_runtime_node_depends_on_the_programs_it_runs(project):
+    """The runtime's link (its LTO through clang-nvlink-wrapper, then ptxas) names both programs by stamp, as the
+    compile nodes do: a CUDA or LLVM update, which rebuilds the user's cubins, relinks the runtime with them,
+    although the interface and the runtime's bitcode are unchanged."""
+    project.scons("archs=x86_64,sm_80")
+    tree = project.scons("archs=x86_64,sm_80", "--tree=prune", "build/prog.sm_80.devicertl.pkg").output
+    children = [line for line in tree.splitlines() if line.startswith("  +-")]
+    assert any("/ptxas size=" in line for line in children), tree
+    assert any("/clang-nvlink-wrapper size=" in line for line in children), tree
+
+
 def test_device_code_calling_the_nvptx_runtime_links_it_once(project):
     """With ``nvptx_runtime.link_time_runtime_flags()`` the device compiles leave the runtime out, so the cubins
     call it: its node links what they call (seconds of LTO and ptxas) once; a kernel edit runs nvlink alone, and

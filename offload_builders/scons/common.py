@@ -566,7 +566,7 @@ def program_stamp(program: str) -> str:
     return f"{resolved} size={status.st_size} mtime_ns={status.st_mtime_ns}"
 
 
-def _depend_on_stamps(nodes, paths: Sequence[str]) -> None:
+def depend_on_stamps(nodes, paths: Sequence[str]) -> None:
     """``env.Depends(nodes, env.Value(program_stamp(path)))`` for each path, without ``Depends``' node lookups:
     ``nodes`` are nodes already (a builder's), and the stamps' value nodes are made once per build."""
     values = [_stamp_value(path) for path in paths]
@@ -583,14 +583,14 @@ def _stamp_value(path: str) -> SCons.Node.Python.Value:
 def depend_on_program(env, nodes, overrides: dict, template) -> None:
     program = str(template.argv[0]) if template is not None and template.argv else ""
     if overrides and os.path.isabs(program):
-        _depend_on_stamps(nodes, [program])
+        depend_on_stamps(nodes, [program])
 
 
 def depend_on_device_libraries(env, nodes, template) -> None:
     """Make compile nodes depend on the device libraries their command links (``-mlink-builtin-bitcode``:
     ROCm's ocml/oclc, libdevice, the NVPTX OpenMP runtime), each by its stamp, so an upgraded library
     package rebuilds them. SCons would not see them otherwise: they are arguments, not sources."""
-    _depend_on_stamps(nodes, _linked_libraries(tuple(template.argv) if template is not None else ()))
+    depend_on_stamps(nodes, _linked_libraries(tuple(template.argv) if template is not None else ()))
 
 
 @functools.lru_cache(maxsize=256)

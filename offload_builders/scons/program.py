@@ -46,6 +46,7 @@ from offload_builders.scons.common import (
     OffloadLinkWarning,
     check_tools_for,
     clean_leftovers,
+    depend_on_stamps,
     extract_device_inputs,
     function_phase,
     in_process_action,
@@ -216,13 +217,21 @@ def _runtime_nodes(env, program, inputs, targets: Sequence[TargetID], images: li
     default on): the extract then puts the runtime's cubin in place of the runtime's bitcode."""
     if not env.get("OFFLOAD_NVPTX_RUNTIME_NODE", True):
         return
+    programs: list[str] = []
     for tid, image in zip(targets, images):
         if tid.kind != "nvptx":
             continue
+        if not programs:
+            toolchain = toolchain_for(env)
+            wrapper = toolchain.optional_tool("clang-nvlink-wrapper")
+            programs = [str(toolchain.cuda_tool("ptxas")), *([str(wrapper)] if wrapper else [])]
         names = [program.dir.File(name.format(program=program.name, target=tid.file_token))
                  for name in RUNTIME_NODE_NAMES]
         symbols = _RUNTIMESYMS_BUILDER(env, names[:2], inputs, OFFLOAD_TARGET=str(tid))
         runtime = _RUNTIMELINK_BUILDER(env, names[2:], symbols, OFFLOAD_TARGET=str(tid))
+        # The programs it runs, as the compile nodes name theirs: a CUDA or LLVM update relinks the runtime
+        # with the user's cubins, which the same update rebuilds (its two files would not change).
+        depend_on_stamps(runtime, programs)
         extract = image.sources[0]
         extract.attributes.offload_nvptx_runtime = runtime[0]
         env.Depends(extract, runtime)
