@@ -115,9 +115,10 @@ CUID_PATTERN = re.compile(r"[A-Za-z0-9_]+")
 def default_cuid(path: str) -> str:
     """The default CUID of a source: the first 16 hex digits of the MD5 of its path (``/`` separators).
 
-    The SCons tool passes the path relative to the top directory, ``offload-compile`` the path as given;
-    either way the value is deterministic, unlike the driver's default, which hashes the whole command
-    line (``-o`` included) and so would tie each target's device compile to all the others.
+    The SCons tool passes the path relative to the top directory, ``offload-compile`` the path relative to
+    its ``--source-root`` (else the absolute path); either way the value is deterministic, unlike the
+    driver's default, which hashes the whole command line (``-o`` included) and so would tie each target's
+    device compile to all the others.
     """
     return hashlib.md5(path.replace(os.sep, "/").encode()).hexdigest()[:16]
 
