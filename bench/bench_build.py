@@ -53,9 +53,10 @@ SCONSTRUCT = textwrap.dedent("""
     import offload_builders.scons
     archs = ARGUMENTS["archs"]
     sources = sorted(Glob("src/*.cpp"))
-    if ARGUMENTS["mode"] == "ours":
+    if ARGUMENTS["mode"] in ("ours", "groups"):  # groups: ours with $OFFLOAD_IMAGE_GROUPS (bench --groups)
         env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
-                          OFFLOAD_ARCHS=archs, OFFLOAD_FLAGS=["-O2"])
+                          OFFLOAD_ARCHS=archs, OFFLOAD_FLAGS=["-O2"],
+                          OFFLOAD_IMAGE_GROUPS=ARGUMENTS["mode"] == "groups")
         objects = [env.OffloadObject(source) for source in sources]
         env.OffloadProgram("prog", objects)
     else:
@@ -126,6 +127,8 @@ def generate(root: Path, count: int) -> None:
 
 #: ``--decider``: passed to both sides' SConstruct (``env.Decider``); None: SCons' default (content).
 DECIDER: str | None = None
+#: ``--groups``: our side links with ``$OFFLOAD_IMAGE_GROUPS`` (one image per group of sources and target).
+OURS_MODE = "ours"
 
 #: The environment of the SCons runs: Python's bytecode cache on, as in an installed package (with
 #: PYTHONDONTWRITEBYTECODE, every run would compile our modules from source: about 0.1 s a run on one side).
@@ -134,6 +137,7 @@ ENVIRON = {name: value for name, value in os.environ.items() if name != "PYTHOND
 
 def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> float:
     decider = [f"decider={DECIDER}"] if DECIDER else []
+    mode = OURS_MODE if mode == "ours" else mode
     start = time.perf_counter()
     subprocess.run([SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *extra],
                    cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)
@@ -330,7 +334,8 @@ def scale(args: argparse.Namespace) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
               f" the rounds' ratios; targets: the first N of {','.join(SCALE_TARGETS)};"
-              f" decider: {args.decider or 'SCons default (content)'}")
+              f" decider: {args.decider or 'SCons default (content)'}"
+              f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}")
     with open(args.output_dir / "scale.txt", "w") as table:
         for out in (sys.stdout, table):
             print(f"$ {Path(sys.executable).name} bench/bench_build.py {' '.join(sys.argv[1:])}", file=out)
@@ -362,9 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decider", choices=("content", "content-timestamp", "timestamp-newer", "timestamp-match"),
                         help="env.Decider(...) on both sides (default: SCons' own, content); content-timestamp"
                              " hashes only files whose time stamp changed")
+    parser.add_argument("--groups", action="store_true",
+                        help="our side links with OFFLOAD_IMAGE_GROUPS (one image per group of sources and target;"
+                             " not with generated --scale points)")
     args = parser.parse_args(argv)
-    global DECIDER
+    global DECIDER, OURS_MODE
     DECIDER = args.decider
+    OURS_MODE = "groups" if args.groups else "ours"
     if args.scale:
         return scale(args)
     with tempfile.TemporaryDirectory(prefix="offload-bench-") as scratch:
@@ -376,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                   "whole program (ours: our link nodes; mono: the driver link through clang-linker-wrapper)":
                   measure(roots, args.repeat)}
     print(f"{args.sources} kernel sources + main.cpp, targets {','.join(BASE_TARGETS)}, {os.cpu_count()} CPUs;"
-          f" best of {args.repeat} interleaved rounds, and the median of the rounds' ratios")
+          f" best of {args.repeat} interleaved rounds, and the median of the rounds' ratios"
+          f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}")
     for title, rows in tables.items():
         print_table(title, rows)
     return 0

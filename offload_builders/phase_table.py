@@ -27,6 +27,8 @@ class Phase(enum.Enum):
     RUNTIMESYMS = "RUNTIMESYMS"  # NVPTX, OpenMP: what the cubins take from the device runtime, and its bitcode
     RUNTIMELINK = "RUNTIMELINK"  # NVPTX, OpenMP: the device runtime's LTO and ptxas, for that interface alone
     EXTRACT = "EXTRACT"        # the device files one target's link needs
+    GROUPS = "GROUPS"          # OpenMP image groups: which link inputs each group's image holds
+    GROUPLINK = "GROUPLINK"    # OpenMP image groups: one target's image of every group
     WRAP = "WRAP"              # registration code for the linked images
     LINK = "LINK"              # host link, the program itself
 
@@ -112,7 +114,8 @@ PHASES: tuple[PhaseRow, ...] = (
     # Both models, the static library.
     PhaseRow(Phase.AR, MODELS, "archive", "{program}", Scope.PROGRAM, _L, _CMD,
              "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES"),
-    # The program: per target ID extract and device link, one wrap, the host link; for an OpenMP NVPTX target
+    # The program: per target ID extract and device link (with $OFFLOAD_IMAGE_GROUPS: the plan, then per target
+    # every group's link), one wrap, the host link; for an OpenMP NVPTX target
     # first the device runtime's interface (a second output: the runtime's selected bitcode) and its link.
     PhaseRow(Phase.RUNTIMESYMS, (OPENMP,), "device runtime interface", "{program}.{target}.devicertl.syms",
              Scope.TARGET, _L, _ACT, "RUNTIMESYMS_IN_PROCESS"),
@@ -120,6 +123,10 @@ PHASES: tuple[PhaseRow, ...] = (
              _L, _ACT, "RUNTIMELINK_IN_PROCESS"),
     PhaseRow(Phase.EXTRACT, MODELS, "extract", "{program}.{target}.devin", Scope.TARGET, _L, _ACT,
              "EXTRACT_IN_PROCESS"),
+    PhaseRow(Phase.GROUPS, (OPENMP,), "image groups", "{program}.offload.groups", Scope.PROGRAM, _L, _ACT,
+             "GROUPS_IN_PROCESS"),
+    PhaseRow(Phase.GROUPLINK, (OPENMP,), "group device links", "{program}.{target}.groups", Scope.TARGET, _L, _ACT,
+             "GROUPLINK_IN_PROCESS"),
     PhaseRow(Phase.DEVICELINK, (OPENMP,), "device link", "{program}.{target}.img", Scope.TARGET, _L, _CMD,
              "$_OFFLOAD_DEVICE_LINK_CMD"),
     PhaseRow(Phase.DEVICELINK, (HIP,), "device link", "{program}.{target}.hsaco", Scope.TARGET, _L, _CMD,

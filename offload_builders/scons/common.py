@@ -737,14 +737,19 @@ def device_link_cmd(target, source, env, for_signature):
         if count == 0:
             return []
         inputs = [os.path.join(_inputs_dir(env, target[0]), f"{index:03d}.o") for index in range(count)]
+    return device_link_argv(env, tid, target, source, inputs, partial_path(env, target[0]), for_signature)
+
+
+def device_link_argv(env, tid: TargetID, target, source, inputs: Sequence[str], output: str,
+                     for_signature: bool = False) -> list[str]:
+    """One device link of ``inputs`` to ``output`` with the flags of the node ``target``: the driver's own
+    job, probed when the program was declared; the driver command if the flags differ now."""
     flags, host_libraries = _device_link_arguments(env, tid, target, source, for_signature)
     toolchain, key = toolchain_for(env), linking.group_key(tid)
-    # The driver's own job, probed when the program was declared; the driver command if the flags differ now.
     job = linking.known_device_link(toolchain, key, flags=flags, host_libraries=host_libraries)
     if job is not None:
-        return linking.render_device_link(job, inputs, partial_path(env, target[0]), host_libraries)
-    return linking.device_link_command(toolchain, key, inputs, partial_path(env, target[0]),
-                                       flags=flags, host_libraries=host_libraries)
+        return linking.render_device_link(job, inputs, output, host_libraries)
+    return linking.device_link_command(toolchain, key, inputs, output, flags=flags, host_libraries=host_libraries)
 
 
 def _device_link_arguments(env, tid: TargetID, target, source, for_signature: bool) -> tuple[list[str], list[str]]:
@@ -759,19 +764,23 @@ def _device_link_arguments(env, tid: TargetID, target, source, for_signature: bo
     return flags, host_libraries
 
 
-def probe_device_link(node, tid: TargetID) -> None:
-    """Ask the driver, at read time, for the job of this device-link node (see :func:`device_link_cmd`)."""
+def probe_device_link(node, tid: TargetID) -> str | None:
+    """Ask the driver, at read time, for the job of this device-link node (see :func:`device_link_cmd`);
+    the program that job runs (None where the link runs the driver)."""
     executor = node.get_executor()
     env = executor.get_build_env()
     targets, sources = executor.get_all_targets(), executor.get_all_sources()
+    program = None
     try:
-        for for_signature in (False, True):
+        for for_signature in (True, False):
             flags, host_libraries = _device_link_arguments(env, tid, targets, sources, for_signature)
-            linking.probe_device_link(toolchain_for(env), linking.group_key(tid), flags=flags,
-                                      host_libraries=host_libraries, cache=probe_cache_for(env),
-                                      warn=functools.partial(SCons.Warnings.warn, OffloadLinkWarning))
+            job = linking.probe_device_link(toolchain_for(env), linking.group_key(tid), flags=flags,
+                                            host_libraries=host_libraries, cache=probe_cache_for(env),
+                                            warn=functools.partial(SCons.Warnings.warn, OffloadLinkWarning))
+            program = str(job.argv[0]) if job is not None else None
     except OffloadError as error:
         raise user_error(error) from None
+    return program
 
 
 def device_link_level(target, source, env, for_signature):

@@ -39,7 +39,7 @@ from offload_builders import linking
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import HIP, LINK, OPENMP, Phase, row
-from offload_builders.scons import hip, openmp
+from offload_builders.scons import groups, hip, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
     FUNCTION_PHASE_VARLIST,
@@ -60,6 +60,7 @@ from offload_builders.scons.common import (
     toolchain_for,
     warn_unmatched_keys,
 )
+from offload_builders.scons.groups import GROUPLINK_IN_PROCESS, GROUPS_IN_PROCESS
 from offload_builders.targets import TargetID, parse_target_id
 
 
@@ -124,9 +125,13 @@ def offload_wrap(target, source, env) -> int:
                                    _group_kinds(node, toolchain.major, model))
               for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"])]
     output = partial_path(env, target[0])
+    data: bytes | None
     try:
-        data = wrapping.registration_object(images, toolchain, output, empty_kind=model,
-                                            hip_compression=hip.link_compression(target, source, env))
+        if env.get("_OFFLOAD_GROUP_PLAN"):
+            data = groups.group_registration(target, source, env)
+        else:
+            data = wrapping.registration_object(images, toolchain, output, empty_kind=model,
+                                                hip_compression=hip.link_compression(target, source, env))
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
     assert data is not None  # an empty kind always gives an object
@@ -250,6 +255,9 @@ def program_emitter(target, source, env):
     targets = selected_targets(env)
     program = target[0]
     if _model(env) == HIP:
+        if env.get("OFFLOAD_IMAGE_GROUPS"):
+            raise SCons.Errors.UserError(f"{program}: OFFLOAD_IMAGE_GROUPS links OpenMP programs only (this "
+                                         "environment's OFFLOAD_MODEL is 'hip'): leave it off for this program")
         targets = model_targets_for(env, program, HIP)  # the AMDGPU IDs of $OFFLOAD_ARCHS
         hip.check_program_targets(targets)
         hip.check_runtime(env, target, source)
@@ -265,6 +273,11 @@ def program_emitter(target, source, env):
     warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
     openmp.check_deploy_devices(env)
     inputs = list(source) + static_libraries(env) + [openmp.device_runtime(env)]
+    if env.get("OFFLOAD_IMAGE_GROUPS"):
+        images = groups.program_group_nodes(env, program, inputs, targets, _WRAP_BUILDER)
+        _runtime_nodes(env, program, inputs, targets, images)
+        program.attributes.offload_images = []  # each group's link checks its entries
+        return target, source
     images = program_link_nodes(env, program, inputs, targets, OPENMP, _WRAP_BUILDER, probe=True)
     _runtime_nodes(env, program, inputs, targets, images)
     program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
@@ -305,8 +318,13 @@ def generate(env) -> None:
         env["OFFLOAD_RUNTIMESYMSCOM"] = RUNTIMESYMS_IN_PROCESS
     if "OFFLOAD_RUNTIMELINKCOM" not in env:
         env["OFFLOAD_RUNTIMELINKCOM"] = RUNTIMELINK_IN_PROCESS
+    if "OFFLOAD_GROUPSCOM" not in env:
+        env["OFFLOAD_GROUPSCOM"] = GROUPS_IN_PROCESS
+    if "OFFLOAD_GROUPLINKCOM" not in env:
+        env["OFFLOAD_GROUPLINKCOM"] = GROUPLINK_IN_PROCESS
 
 
-__all__ = ["EXTRACT_IN_PROCESS", "RUNTIMELINK_IN_PROCESS", "RUNTIMESYMS_IN_PROCESS", "RUNTIME_NODE_NAMES",
-           "WRAP_IN_PROCESS", "generate", "host_runtime", "offload_extract", "offload_runtime_link",
-           "offload_runtime_symbols", "offload_wrap", "program_emitter", "wrapper_object"]
+__all__ = ["EXTRACT_IN_PROCESS", "GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS", "RUNTIMELINK_IN_PROCESS",
+           "RUNTIMESYMS_IN_PROCESS", "RUNTIME_NODE_NAMES", "WRAP_IN_PROCESS", "generate", "host_runtime",
+           "offload_extract", "offload_runtime_link", "offload_runtime_symbols", "offload_wrap", "program_emitter",
+           "wrapper_object"]

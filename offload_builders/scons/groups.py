@@ -1,0 +1,218 @@
+"""``OffloadProgram`` with ``$OFFLOAD_IMAGE_GROUPS``: one device image per group of link inputs and target
+(see :mod:`offload_builders.image_groups`), each group registered with its own descriptor.
+
+Nodes, after the extract nodes (one per target, as without groups):
+
+* ``<program>.offload.groups``: the plan, from the link inputs and every target's device input file (which
+  objects form a group, which entries each registers, which device files each group's link takes);
+* per target ``<program>.<target>.groups``: every group's image for that target, each in an offload binary,
+  in group order. Each group's link is the device link the driver runs for it (the node's
+  ``$OFFLOAD_DEVICE_LINKFLAGS``/``$OFFLOAD_TARGET_LINKFLAGS`` apply); an image is kept in
+  ``<program>.<target>.groups.cache/`` under a key of its command, inputs and linker, so a group whose files
+  did not change is not linked again;
+* the wrap node registers each group's images (one per target) and entries with a descriptor of its own.
+
+The graph is fixed when the SConscripts are read; the groups are found when the plan node runs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+import SCons.Builder
+import SCons.Errors
+import SCons.Script
+
+from offload_builders import device_libraries, image_groups, linking
+from offload_builders.errors import OffloadError
+from offload_builders.phase_table import LINK, OPENMP, Phase, node_name
+from offload_builders.scons.common import (
+    CLEAN_LEFTOVERS,
+    EXTRACT_BUILDER,
+    clean_leftovers,
+    depend_on_stamps,
+    device_link_argv,
+    function_phase,
+    in_process_action,
+    partial_path,
+    probe_device_link,
+    scanned_inputs,
+    toolchain_for,
+)
+from offload_builders.targets import TargetID, parse_target_id
+
+CACHE_SUFFIX = ".cache"
+
+
+def _plan_path(env) -> str:
+    return env.subst("$_OFFLOAD_GROUP_PLAN")
+
+
+def offload_groups(target, source, env) -> int:
+    """``$OFFLOAD_GROUPSCOM``: write the program's group plan. Sources: each target's device input file (in
+    ``$_OFFLOAD_WRAP_TARGETS``' order), then the link inputs."""
+    labels = list(env["_OFFLOAD_WRAP_TARGETS"])
+    devins, inputs = source[:len(labels)], source[len(labels):]
+    toolchain = toolchain_for(env)
+    try:
+        plan = image_groups.plan_groups(scanned_inputs([str(node) for node in inputs]),
+                                        {label: str(node) for label, node in zip(labels, devins)},
+                                        str(linking.device_runtime(toolchain)), toolchain.major)
+        image_groups.write_plan(plan, partial_path(env, target[0]))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    return 0
+
+
+def offload_group_link(target, source, env) -> int:
+    """``$OFFLOAD_GROUPLINKCOM``: link each group's image for one target (or take it from the node's cache),
+    check it defines the entries its group registers, and write them all, each in an offload binary."""
+    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    key = linking.group_key(tid)
+    toolchain = toolchain_for(env)
+    output = str(target[0])
+    cache = output + CACHE_SUFFIX
+    scratch = output + ".inputs"
+    try:
+        plan = image_groups.read_plan(str(source[1]))
+        members = plan.members.get(str(tid))
+        if members is None:
+            raise OffloadError(f"{source[1]}: no groups for {tid}; build again")
+        binaries = linking.read_device_inputs(str(source[0]))
+        os.makedirs(cache, exist_ok=True)
+        used: set[str] = set()
+        images: list[tuple[linking.GroupKey, str]] = []
+        for number, (group, files) in enumerate(zip(plan.groups, members)):
+            directory = os.path.join(scratch, str(number))
+            os.makedirs(directory, exist_ok=True)
+            inputs = []
+            for index in files:
+                path = os.path.join(directory, f"{index:03d}.o")
+                with open(path, "wb") as f:
+                    binaries[index].copy_image(f, str(source[0]))
+                inputs.append(path)
+            placeholder = os.path.join(cache, "link.partial")
+            argv = device_link_argv(env, tid, target, source, inputs, placeholder)
+            image = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, argv[:1]) + ".img")
+            if not os.path.exists(image):
+                _run_link(env, tid, argv, placeholder, image, target[0], group)
+            _check_entries(image, group, tid, target[0])
+            used.add(os.path.basename(image))
+            images.append((key, image))
+        with open(partial_path(env, target[0]), "wb") as out:
+            for data in linking.openmp_image_binaries(images, toolchain.major):
+                out.write(data)
+        for name in os.listdir(cache):  # what no group links any more
+            if name not in used:
+                os.unlink(os.path.join(cache, name))
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, image: str, node,
+              group: image_groups.ImageGroup) -> None:
+    """Run one group's device link; its image enters the cache only once complete."""
+    if not SCons.Script.GetOption("silent"):
+        print(" ".join(argv))
+    done = subprocess.run(argv, env={k: str(v) for k, v in env["ENV"].items()}, stderr=subprocess.PIPE,
+                          check=False)
+    messages = done.stderr.decode(errors="replace")
+    if messages:
+        print(messages, end="")
+    if done.returncode:
+        if os.path.lexists(placeholder):
+            os.unlink(placeholder)
+        hint = device_libraries.missing_library_hint(messages, str(tid))
+        raise SCons.Errors.BuildError(node=node, errstr=hint or f"the device link of the group of "
+                                      f"{', '.join(group.objects)} failed (exit status {done.returncode})")
+    os.replace(placeholder, image)
+
+
+def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, node) -> None:
+    """Every entry the group's objects register must be in its image (see :func:`linking.missing_entries`)."""
+    defined = linking.defined_symbols(image) if os.path.getsize(image) else None
+    if defined is None:
+        return
+    absent = [name for name in group.entries if name not in defined]
+    if absent:
+        raise SCons.Errors.BuildError(node=node, errstr=(
+            f"{', '.join(group.objects)}: register the offload entry {absent[0]}, which the {tid} image of their"
+            " group does not define: the objects and that device code were compiled from different files; build"
+            " again"))
+
+
+#: What the group links read besides their files: as the device link's command.
+GROUPLINK_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAGS", "_OFFLOAD_TARGET_LINKFLAGS",
+                     "_LIBDIRFLAGS", "_LIBFLAGS")
+GROUPS_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS")
+GROUPS_IN_PROCESS = in_process_action(offload_groups, "GROUPS", GROUPS_VARLIST)
+GROUPLINK_IN_PROCESS = in_process_action(offload_group_link, "GROUPLINK", GROUPLINK_VARLIST)
+_GROUPS_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPS", varlist=GROUPS_VARLIST),
+                                        emitter=CLEAN_LEFTOVERS)
+_GROUPLINK_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPLINK", varlist=GROUPLINK_VARLIST),
+                                           emitter=clean_leftovers([".inputs", CACHE_SUFFIX]))
+
+
+def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_builder) -> list:
+    """The link side of a program with image groups: per target an extract node, one plan node, per target a
+    group-link node, one wrap node (which the program depends on and records). Returns the group-link nodes,
+    in the order of ``targets``."""
+    stem, directory = program.name, program.dir
+    labels = tuple(str(tid) for tid in targets)
+    extracts = []
+    for tid in targets:
+        names = {"program": stem, "target": tid.file_token}
+        extracts.extend(EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, OPENMP, LINK, **names))],
+                                        inputs, OFFLOAD_TARGET=str(tid)))
+    plan = _GROUPS_BUILDER(env, [directory.File(node_name(Phase.GROUPS, OPENMP, LINK, program=stem))],
+                           extracts + list(inputs), _OFFLOAD_WRAP_TARGETS=labels)
+    images = []
+    for tid, extract in zip(targets, extracts):
+        names = {"program": stem, "target": tid.file_token}
+        image = _GROUPLINK_BUILDER(env, [directory.File(node_name(Phase.GROUPLINK, OPENMP, LINK, **names))],
+                                   [extract, plan[0]], OFFLOAD_TARGET=str(tid))
+        program_run = probe_device_link(image[0], tid)
+        if program_run is not None:  # the linker, as the compile nodes name their programs
+            depend_on_stamps(image, [program_run])
+        images.extend(image)
+    wrapper_name = node_name(Phase.WRAP, OPENMP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
+    wrapper = wrap_builder(env, [directory.File(wrapper_name)], images + [plan[0]], _OFFLOAD_WRAP_TARGETS=labels,
+                           _OFFLOAD_GROUP_PLAN=str(plan[0]))
+    program.attributes.offload_wrapper = wrapper[0]
+    env.Depends(program, wrapper)
+    return images
+
+
+def group_registration(target, source, env) -> bytes:
+    """The wrap node's object for a program with groups: per group a descriptor of its images (one per
+    target, each group-link node's binary of that group) and its entries."""
+    from offload_builders import registration
+    from offload_builders.formats.offload_binary import read_offload_binaries
+
+    labels = list(env["_OFFLOAD_WRAP_TARGETS"])
+    plan = image_groups.read_plan(_plan_path(env))
+    per_target = []
+    for label, node in zip(labels, source):
+        path = str(node)
+        with open(path, "rb") as f:
+            data = f.read()
+        binaries = read_offload_binaries(path, path=path) if data else []
+        if len(binaries) != len(plan.groups):
+            raise OffloadError(f"{path}: {len(binaries)} images for {len(plan.groups)} groups; build again")
+        per_target.append((linking.group_key(parse_target_id(label)),
+                           [data[binary.offset:binary.end] for binary in binaries]))
+    # The wrapper's image order within a descriptor: triple descending, then arch.
+    per_target.sort(key=lambda item: item[0][1])
+    per_target.sort(key=lambda item: item[0][0], reverse=True)
+    groups = [([images[number] for _, images in per_target], list(group.entries))
+              for number, group in enumerate(plan.groups)]
+    return registration.wrap_openmp_groups(groups, llvm_version=toolchain_for(env).major)
+
+
+__all__ = ["GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS", "group_registration", "offload_group_link",
+           "offload_groups", "program_group_nodes"]

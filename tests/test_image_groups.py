@@ -1,0 +1,199 @@
+"""``$OFFLOAD_IMAGE_GROUPS``: one device image per group of sources and target, each group registered on its
+own (offload_builders.image_groups, scons/groups.py), with the real toolchain and libomptarget.
+
+The x86_64 device runs the programs for real; the AMDGPU images are compared with the whole-program image
+the default link makes of the same objects (kernel resources, no traps), since no GPU runs here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCONS = str(Path(sys.executable).with_name("scons"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+SCONSTRUCT = textwrap.dedent("""
+    import offload_builders.scons
+    env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
+                      OFFLOAD_ARCHS=ARGUMENTS.get("archs", "x86_64"), OFFLOAD_FLAGS=["-O2"],
+                      OFFLOAD_IMAGE_GROUPS=ARGUMENTS.get("groups", "1") == "1")
+    sources = ARGUMENTS.get("sources", "a.cpp b.cpp c.cpp main.cpp").split()
+    env.OffloadProgram("prog", [env.OffloadObject(source) for source in sources])
+""")
+
+#: a.cpp's kernel calls b.cpp's declare-target function (one group); c.cpp stands alone; main.cpp has no
+#: target region (its device code registers nothing: no image).
+SOURCES = {
+    "a.cpp": """
+        #pragma omp declare target
+        int helper(int);
+        #pragma omp end declare target
+        int run_a(int n) {
+          int r = 0;
+        #pragma omp target map(tofrom : r)
+          r = helper(n) + 1;
+          return r;
+        }
+    """,
+    "b.cpp": """
+        #pragma omp declare target
+        int b_scale = 3;
+        int helper(int x) { return x * b_scale; }
+        #pragma omp end declare target
+        int run_b(int n) {
+          int r = 0;
+        #pragma omp target map(tofrom : r)
+          r = helper(n) + 2;
+          return r;
+        }
+    """,
+    "c.cpp": """
+        #pragma omp declare target
+        int c_value = 40;
+        #pragma omp end declare target
+        int run_c(int n) {
+          int r = 0;
+        #pragma omp target map(tofrom : r)
+          r = c_value + n + C_EXTRA;
+          return r;
+        }
+    """,
+    "main.cpp": """
+        #include <cstdio>
+        int run_a(int); int run_b(int); int run_c(int);
+        int main() {
+          std::printf("a=%d b=%d c=%d\\n", run_a(2), run_b(2), run_c(2));
+          return 0;
+        }
+    """,
+}
+
+RUN_ENV = {"OMP_TARGET_OFFLOAD": "MANDATORY", "LD_LIBRARY_PATH": "/usr/lib/llvm-19/lib", "LIBOMPTARGET_INFO": "1"}
+
+
+def _write(root: Path, c_extra: int = 0) -> None:
+    (root / "SConstruct").write_text(SCONSTRUCT)
+    for name, text in SOURCES.items():
+        (root / name).write_text(textwrap.dedent(text).replace("C_EXTRA", str(c_extra)))
+
+
+def _scons(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([SCONS, "-Q", *args], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def _group_links(output: str) -> list[str]:
+    """The group links a build ran (each prints its device-link command)."""
+    return [line for line in output.splitlines() if ".groups.cache/link.partial" in line]
+
+
+def _run(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["./prog"], cwd=root, env=dict(os.environ, **RUN_ENV), capture_output=True, text=True,
+                          check=False)
+
+
+def test_groups_follow_device_symbols_and_the_program_runs(tmp_path):
+    _write(tmp_path)
+    _scons(tmp_path)
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["a.o", "b.o"], ["c.o"]]
+    entries = [group["entries"] for group in plan["groups"]]
+    assert "b_scale" in entries[0] and "c_value" in entries[1]
+    assert sum(name.startswith("__omp_offloading_") for name in entries[0]) == 2
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "a=7 b=8 c=42"
+    # every region ran on the device (libomptarget's info lines name each launch), and no table went wrong
+    assert len(re.findall(r"Launching kernel __omp_offloading_", done.stderr)) == 3, done.stderr
+    assert "Failed to load" not in done.stderr and "mismatch" not in done.stderr
+
+
+def test_a_kernel_edit_relinks_its_group_alone(tmp_path):
+    _write(tmp_path)
+    first = _scons(tmp_path)
+    assert len(_group_links(first.stdout)) == 2
+    _write(tmp_path, c_extra=5)
+    second = _scons(tmp_path)
+    links = _group_links(second.stdout)
+    assert len(links) == 1, second.stdout  # c.cpp's group; a.cpp and b.cpp's image comes from the cache
+    assert _run(tmp_path).stdout.strip() == "a=7 b=8 c=47"
+    assert len(list((tmp_path / "prog.x86_64.groups.cache").iterdir())) == 2  # the old image of c's group is gone
+    assert "is up to date" in _scons(tmp_path).stdout
+
+
+def test_without_groups_one_image(tmp_path):
+    """The default: one image per target, as the driver links it (no plan node, no group links)."""
+    _write(tmp_path)
+    done = _scons(tmp_path, "groups=0")
+    assert not _group_links(done.stdout) and not (tmp_path / "prog.offload.groups").exists()
+    assert _run(tmp_path).stdout.strip() == "a=7 b=8 c=42"
+
+
+def test_a_named_critical_section_keeps_its_sources_together(tmp_path):
+    """Two sources locking the same named critical section share its lock variable: one group."""
+    (tmp_path / "SConstruct").write_text(SCONSTRUCT)
+    for name in ("p", "q"):
+        (tmp_path / f"{name}.cpp").write_text(textwrap.dedent(f"""
+            int run_{name}() {{
+              int r = 0;
+            #pragma omp target teams distribute parallel for map(tofrom : r)
+              for (int i = 0; i < 64; ++i) {{
+            #pragma omp critical(shared_lock)
+                r += 1;
+              }}
+              return r;
+            }}
+        """))
+    (tmp_path / "main.cpp").write_text("#include <cstdio>\nint run_p(); int run_q();\n"
+                                       "int main() { std::printf(\"%d\\n\", run_p() + run_q()); }\n")
+    _scons(tmp_path, "sources=p.cpp q.cpp main.cpp")
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["p.o", "q.o"]]
+    assert _run(tmp_path).stdout.strip() == "128"
+
+
+def _kernel_resources(image: Path) -> dict[str, dict[str, str]]:
+    """Each kernel's resource numbers from an AMDGPU image's code-object metadata."""
+    notes = subprocess.run(["/usr/lib/llvm-19/bin/llvm-readelf", "--notes", str(image)], capture_output=True,
+                           text=True, check=True).stdout
+    kernels = {}
+    for block in re.split(r"\n  - \.", notes)[1:]:
+        name = re.search(r"\n    \.name:\s+(\S+)", block)
+        if name is None:
+            continue
+        kernels[name.group(1)] = {key: found.group(1) for key in (
+            "vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_size", "private_segment_fixed_size",
+            "uses_dynamic_stack", "kernarg_segment_size") if (found := re.search(
+                rf"(?:^|\n    \.){key}:\s+(\S+)", block))}
+    return kernels
+
+
+def test_amdgpu_group_images_keep_the_kernels_resources(tmp_path):
+    """Each group's gfx90a image is a whole-program LTO link of its own: its kernels use the registers, LDS
+    and stack they use in the one image of the default link, and no runtime function traps for lack of a
+    kernel (what a device runtime linked apart would do)."""
+    _write(tmp_path)
+    sources = "sources=a.cpp b.cpp c.cpp main.cpp"
+    _scons(tmp_path, "archs=gfx90a", "groups=0", sources)
+    whole = _kernel_resources(tmp_path / "prog.gfx90a.img")
+    _scons(tmp_path, "archs=gfx90a", "groups=1", sources)
+    images = sorted((tmp_path / "prog.gfx90a.groups.cache").iterdir())
+    assert len(images) == 2
+    parts: dict[str, dict[str, str]] = {}
+    for image in images:
+        parts.update(_kernel_resources(image))
+        disassembly = subprocess.run(["/usr/lib/llvm-19/bin/llvm-objdump", "-d", "--mcpu=gfx90a", str(image)],
+                                     capture_output=True, text=True, check=True).stdout
+        assert "s_trap" not in disassembly
+    assert len(whole) == 3 and parts == whole
