@@ -60,6 +60,7 @@ __all__ = [
     "OMP_REGISTER_REQUIRES",
     "OPENMP",
     "OPENMP_GROUPS",
+    "REQUIRES_ENTRY_NAMES",
     "ImageGroup",
     "compile_module",
     "cuda_fatbinary_command",
@@ -385,7 +386,7 @@ ImageGroup = tuple[Sequence[bytes], Sequence[str]]
 OMP_REGISTER_REQUIRES: Final = 0x10
 #: The names Clang gives that entry (its symbol ``.offloading.entry.<name>``): "" (LLVM 19, 20), ".requires"
 #: (LLVM 22), so they may come in every group's names; the entry goes to every group by its null address anyway.
-_REQUIRES_ENTRY_NAMES: Final = frozenset({"", ".requires"})
+REQUIRES_ENTRY_NAMES: Final = frozenset({"", ".requires"})
 
 
 def _check_groups(groups: Sequence[ImageGroup], llvm_version: int) -> tuple[list[list[bytes]], list[list[bytes]]]:
@@ -425,7 +426,7 @@ def _check_groups(groups: Sequence[ImageGroup], llvm_version: int) -> tuple[list
         for name in names:
             if not isinstance(name, str):
                 raise OffloadError(f"image group {g}: entry names must be strings, not {type(name).__name__}")
-            if name in _REQUIRES_ENTRY_NAMES:
+            if name in REQUIRES_ENTRY_NAMES:
                 continue  # every group's, by its null address
             raw = name.encode("utf-8", "surrogateescape")
             if b"\0" in raw:

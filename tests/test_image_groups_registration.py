@@ -14,14 +14,13 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from offload_builders import linking
-from offload_builders import registration as reg
+from offload_builders import linking, registration as reg, wrapping
 from offload_builders.errors import OffloadBinaryFormatError, OffloadError
 from offload_builders.toolchain import find_toolchain
 
@@ -115,7 +114,7 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t teams, int32_t thread
 """
 
 
-def run(cmd: list[str | os.PathLike[str]], cwd: Path | None = None, env: dict[str, str] | None = None,
+def run(cmd: Sequence[str | os.PathLike[str]], cwd: Path | None = None, env: dict[str, str] | None = None,
         check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([os.fspath(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -128,6 +127,7 @@ def run(cmd: list[str | os.PathLike[str]], cwd: Path | None = None, env: dict[st
 class Source:
     obj: Path       # clang's fat host object
     image: bytes    # its device code linked alone, in an OffloadBinary
+    image_path: Path  # the linked image (not written without link_images)
     entries: list[str]  # linking.registered_entries(obj)
 
 
@@ -150,7 +150,7 @@ def compile_sources(clang: Path, root: Path, sources: dict[str, str], requires: 
             paths = linking.unpack_device_inputs(root / f"{stem}.devin", root / f"{stem}.inputs")
             run(linking.device_link_command(toolchain, KEY, paths, os.fspath(root / f"{stem}.img")))
             [image] = linking.openmp_image_binaries([(KEY, os.fspath(root / f"{stem}.img"))], toolchain.major)
-        out[stem] = Source(obj, image, linking.registered_entries(os.fspath(obj)))
+        out[stem] = Source(obj, image, root / f"{stem}.img", linking.registered_entries(os.fspath(obj)))
     return out
 
 
@@ -159,7 +159,8 @@ def two(llvm19: Tool, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Sou
     return compile_sources(llvm19("clang++"), tmp_path_factory.mktemp("groups"), {"a": A_SRC, "b": B_SRC})
 
 
-def link_program(llvm19: Tool, tmp: Path, objects: list[Path], wrapper: bytes, *, runtime: list[str]) -> Path:
+def link_program(llvm19: Tool, tmp: Path, objects: list[Path], wrapper: bytes, *,
+                 runtime: Sequence[str | os.PathLike[str]]) -> Path:
     """``clang++ -fopenmp objects wrapper.o``: no -fopenmp-targets, so clang-linker-wrapper never runs and our
     object is the only registration in the program."""
     (tmp / "wrapper.o").write_bytes(wrapper)
@@ -168,7 +169,7 @@ def link_program(llvm19: Tool, tmp: Path, objects: list[Path], wrapper: bytes, *
     return out
 
 
-OMPTARGET = [f"-L{LLVM19_LIB}", "-lomptarget", f"-Wl,-rpath,{LLVM19_LIB}"]
+OMPTARGET: list[str | os.PathLike[str]] = [f"-L{LLVM19_LIB}", "-lomptarget", f"-Wl,-rpath,{LLVM19_LIB}"]
 
 
 def run_program(program: Path) -> subprocess.CompletedProcess[str]:
@@ -188,8 +189,8 @@ def test_two_groups_run_on_the_device(llvm19: Tool, two: dict[str, Source], tmp_
     """Each source's image is registered with its own entries: both regions run on the device, each reading its
     own declare-target global, and libomptarget reports no entry it could not load."""
     assert all(len(source.entries) == 2 for source in two.values())  # the region and the global
-    program = link_program(llvm19, tmp_path, [two["a"].obj, two["b"].obj], reg.wrap_openmp_groups(groups_of(two, "a", "b")),
-                           runtime=OMPTARGET)
+    wrapper = reg.wrap_openmp_groups(groups_of(two, "a", "b"))
+    program = link_program(llvm19, tmp_path, [two["a"].obj, two["b"].obj], wrapper, runtime=OMPTARGET)
     out = run_program(program)
     assert out.returncode == 0 and RESULT in out.stdout, out.stdout + out.stderr
     assert out.stderr.count("Entering OpenMP kernel") == 2, out.stderr
@@ -201,6 +202,27 @@ def test_two_groups_run_on_the_device(llvm19: Tool, two: dict[str, Source], tmp_
     assert ".omp_offloading.descriptors" in symbols and ".omp_offloading.descriptor" not in symbols
     listing = run([llvm19("llvm-objdump"), "--offloading", program]).stdout
     assert listing.count("OFFLOADING IMAGE") == 2
+
+
+def test_group_registration_object(llvm19: Tool, two: dict[str, Source], tmp_path: Path) -> None:
+    """wrapping.group_registration_object: the link side's call, from linked image files and entry names."""
+    toolchain = find_toolchain()
+    groups = [([wrapping.LinkedImage(KEY, os.fspath(two[stem].image_path), frozenset({"openmp"}))], two[stem].entries)
+              for stem in "ab"]
+    empty = tmp_path / "empty.img"
+    empty.write_bytes(b"")
+    no_code = ([wrapping.LinkedImage(KEY, os.fspath(empty), frozenset({"openmp"}))], [""])
+    wrapper = wrapping.group_registration_object(groups + [no_code], toolchain)  # a group without code: left out
+    assert wrapper is not None
+    out = run_program(link_program(llvm19, tmp_path, [two["a"].obj, two["b"].obj], wrapper, runtime=OMPTARGET))
+    assert out.returncode == 0 and RESULT in out.stdout, out.stdout + out.stderr
+    assert "Failed to load" not in out.stderr and "mismatch" not in out.stderr, out.stderr
+    assert wrapping.group_registration_object([no_code], toolchain) is None
+    with pytest.raises(OffloadError, match="image group 1 has no device code for x86_64-unknown-linux-gnu"):
+        wrapping.group_registration_object([groups[0], (no_code[0], ["kernel"])], toolchain)
+    hip = [wrapping.LinkedImage(KEY, os.fspath(two["a"].image_path), frozenset({"openmp", "hip"}))]
+    with pytest.raises(OffloadError, match="holds hip device code"):
+        wrapping.group_registration_object([(hip, [])], toolchain)
 
 
 @pytest.mark.parametrize("wrong", ["one descriptor", "swapped entries", "all to group 0"])
@@ -259,8 +281,8 @@ def recorded(clang: Path, llvm19: Tool, tmp: Path, version: int) -> tuple[dict[s
     recorder prints for the two descriptors."""
     sources = compile_sources(clang, tmp, {"a": A_SRC, "b": B_SRC, "c": C_SRC}, requires=USM, link_images=False)
     (tmp / "recorder.c").write_text(RECORDER)
-    run([llvm19("clang"), "-O1", "-c", tmp / "recorder.c", "-o", tmp / "recorder.o"]
-        + (["-DLAYOUT21"] if reg.entry_layout(version) >= 21 else []))
+    layout = ["-DLAYOUT21"] if reg.entry_layout(version) >= 21 else []
+    run([llvm19("clang"), "-O1", "-c", tmp / "recorder.c", "-o", tmp / "recorder.o", *layout])
     wrapper = reg.wrap_openmp_groups(groups_of(sources, "a", "b"), llvm_version=version)
     program = link_program(llvm19, tmp, [sources[s].obj for s in "abc"], wrapper, runtime=[tmp / "recorder.o"])
     return sources, run([program]).stdout.splitlines()
