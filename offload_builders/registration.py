@@ -19,6 +19,10 @@ What is reproduced (checked against clang-linker-wrapper 19.1.7 and llvm-offload
   constructor that registers the binary, walks the host entry table registering kernels and
   variables (``.cuda.globals_reg`` / ``.hip.globals_reg``), and unregisters through ``atexit``.
 
+Not from LLVM: **OpenMP image groups** (:func:`openmp_group_module`), several ``__tgt_bin_desc`` in one
+program, each with its own images and its own part of the entry table, split by entry name at start-up, as
+separately built shared libraries would register them; a device link per group instead of one for the program.
+
 The entry table changed in LLVM 21 (see :func:`entry_layout`): LLVM 19 and 20 use a 32-byte
 ``__tgt_offload_entry`` in one section per offload kind, LLVM 21 and later a 56-byte versioned entry
 in the shared ``llvm_offload_entries`` section, where the CUDA/HIP walk skips entries of other kinds.
@@ -384,8 +388,8 @@ def openmp_image_binary(image: bytes | PathArg, *, triple: str, arch: str, llvm_
 ImageGroup = tuple[Sequence[bytes], Sequence[str]]
 #: ``OMP_REGISTER_REQUIRES``: an entry that carries ``#pragma omp requires`` flags (in ``data``), address null.
 OMP_REGISTER_REQUIRES: Final = 0x10
-#: The names Clang gives that entry (its symbol ``.offloading.entry.<name>``): "" (LLVM 19, 20), ".requires"
-#: (LLVM 22), so they may come in every group's names; the entry goes to every group by its null address anyway.
+#: The names Clang gives that entry (its symbol ``.offloading.entry.<name>``): "" (Clang 19), ".requires"
+#: (Clang 22), so they may come in every group's names; the entry goes to every group by its null address anyway.
 REQUIRES_ENTRY_NAMES: Final = frozenset({"", ".requires"})
 
 
