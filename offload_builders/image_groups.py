@@ -141,11 +141,14 @@ def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtim
     for name, users in named.items():
         if name in defined:
             components.union(sorted(users | defined[name]))
+    from offload_builders.registration import REQUIRES_ENTRY_NAMES  # (LLVM loads in the background)
+
     entries = [registered_entries(obj.path) if has_code[index] else [] for index, obj in enumerate(objects)]
     by_entry: dict[str, list[int]] = {}
     for index, names in enumerate(entries):
         for name in names:
-            by_entry.setdefault(name, []).append(index)
+            if name not in REQUIRES_ENTRY_NAMES:  # `#pragma omp requires`: every group gets it
+                by_entry.setdefault(name, []).append(index)
     for users_list in by_entry.values():
         components.union(users_list)
     coded = [index for index in range(len(objects)) if has_code[index]]
@@ -156,7 +159,8 @@ def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtim
     for index in coded:
         roots.setdefault(components.find(index), []).append(index)
     # A group that registers nothing cannot be reached from the host: it gets no image.
-    kept = [members for members in roots.values() if any(entries[i] for i in members)]
+    kept = [members for members in roots.values()
+            if any(name not in REQUIRES_ENTRY_NAMES for i in members for name in entries[i])]
     kept.sort(key=lambda members: members[0])
     group_of = {index: number for number, members in enumerate(kept) for index in members}
     groups = tuple(ImageGroup(tuple(objects[i].path for i in members),

@@ -115,7 +115,7 @@ def test_groups_follow_device_symbols_and_the_program_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "a=7 b=8 c=42"
     # every region ran on the device (libomptarget's info lines name each launch), and no table went wrong
-    assert len(re.findall(r"Launching kernel __omp_offloading_", done.stderr)) == 3, done.stderr
+    assert len(re.findall(r"Entering OpenMP kernel at", done.stderr)) == 3, done.stderr
     assert "Failed to load" not in done.stderr and "mismatch" not in done.stderr
 
 
@@ -197,3 +197,31 @@ def test_amdgpu_group_images_keep_the_kernels_resources(tmp_path):
                                      capture_output=True, text=True, check=True).stdout
         assert "s_trap" not in disassembly
     assert len(whole) == 3 and parts == whole
+
+
+def test_device_code_from_a_static_library_makes_one_group(tmp_path):
+    """A library's members are linked where the link needs them, so their code is not split: one group."""
+    _write(tmp_path)
+    (tmp_path / "SConstruct").write_text(SCONSTRUCT.replace(
+        'env.OffloadProgram("prog", [env.OffloadObject(source) for source in sources])',
+        'lib = env.OffloadStaticLibrary("c", ["c.cpp"])\n'
+        'env.OffloadProgram("prog", [env.OffloadObject(s) for s in ("a.cpp", "b.cpp", "main.cpp")], LIBS=[lib])'))
+    _scons(tmp_path)
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert plan["single"] == "device code from a static library"
+    assert [group["objects"] for group in plan["groups"]] == [["a.o", "b.o", "main.o"]]
+    assert _run(tmp_path).stdout.strip() == "a=7 b=8 c=42"
+
+
+def test_a_hip_model_program_refuses_groups(tmp_path):
+    (tmp_path / "SConstruct").write_text(textwrap.dedent("""
+        import offload_builders.scons
+        env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
+                          OFFLOAD_MODEL="hip", OFFLOAD_ARCHS="gfx90a", OFFLOAD_IMAGE_GROUPS=True)
+        env.OffloadProgram("prog", ["main.o"])
+    """))
+    done = subprocess.run([SCONS, "-Q", "-n"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "OFFLOAD_IMAGE_GROUPS links OpenMP programs only" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -138,7 +138,9 @@ def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, no
     defined = linking.defined_symbols(image) if os.path.getsize(image) else None
     if defined is None:
         return
-    absent = [name for name in group.entries if name not in defined]
+    from offload_builders.registration import REQUIRES_ENTRY_NAMES
+
+    absent = [name for name in group.entries if name not in defined and name not in REQUIRES_ENTRY_NAMES]
     if absent:
         raise SCons.Errors.BuildError(node=node, errstr=(
             f"{', '.join(group.objects)}: register the offload entry {absent[0]}, which the {tid} image of their"
