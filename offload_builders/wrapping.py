@@ -75,37 +75,4 @@ def registration_object(images: Sequence[LinkedImage], toolchain: Toolchain, scr
     return registration.compile_module(registration.new_module(triple), triple)
 
 
-def group_registration_object(groups: Sequence[tuple[Sequence[LinkedImage], Sequence[str]]],
-                              toolchain: Toolchain) -> bytes | None:
-    """The host object registering OpenMP image groups, one ``__tgt_bin_desc`` each
-    (:func:`offload_builders.registration.openmp_group_module`): per group, its linked images (one per target of
-    the program) and the names of the entries of its objects (:func:`offload_builders.linking.registered_entries`).
-
-    A group with no device code at all (every image empty) and no entries is left out; None when none is left.
-    Raises :class:`~offload_builders.errors.OffloadError` for an empty image beside non-empty ones or for images
-    of a group with entries but no code (libomptarget would find no image for the group's entries), and for
-    CUDA or HIP device code (their registrations walk the whole entry table: no groups for them).
-    """
-    from offload_builders import registration
-    from offload_builders.errors import OffloadError
-
-    payload: list[registration.ImageGroup] = []
-    for index, (images, names) in enumerate(groups):
-        for image in images:
-            if others := sorted(image.kinds - {OPENMP}):
-                raise OffloadError(f"image group {index}: {image.path} holds {', '.join(others)} device code; image "
-                                   "groups register OpenMP images only")
-        empty = [image for image in images if os.path.getsize(image.path) == 0]
-        if len(empty) == len(images) and registration.REQUIRES_ENTRY_NAMES.issuperset(names):
-            continue
-        if empty:
-            raise OffloadError(f"image group {index} has no device code for {empty[0].key[1] or empty[0].key[0]} "
-                               f"({empty[0].path} is empty): every group needs an image for each target")
-        payload.append((linking.openmp_image_binaries([(image.key, image.path) for image in images],
-                                                      toolchain.major), list(names)))
-    if not payload:
-        return None
-    return registration.wrap_openmp_groups(payload, llvm_version=toolchain.major)
-
-
-__all__ = ["LinkedImage", "group_registration_object", "registration_object"]
+__all__ = ["LinkedImage", "registration_object"]

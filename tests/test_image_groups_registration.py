@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from offload_builders import linking, registration as reg, wrapping
+from offload_builders import linking, registration as reg
 from offload_builders.errors import OffloadBinaryFormatError, OffloadError
 from offload_builders.toolchain import find_toolchain
 
@@ -202,27 +202,6 @@ def test_two_groups_run_on_the_device(llvm19: Tool, two: dict[str, Source], tmp_
     assert ".omp_offloading.descriptors" in symbols and ".omp_offloading.descriptor" not in symbols
     listing = run([llvm19("llvm-objdump"), "--offloading", program]).stdout
     assert listing.count("OFFLOADING IMAGE") == 2
-
-
-def test_group_registration_object(llvm19: Tool, two: dict[str, Source], tmp_path: Path) -> None:
-    """wrapping.group_registration_object: the link side's call, from linked image files and entry names."""
-    toolchain = find_toolchain()
-    groups = [([wrapping.LinkedImage(KEY, os.fspath(two[stem].image_path), frozenset({"openmp"}))], two[stem].entries)
-              for stem in "ab"]
-    empty = tmp_path / "empty.img"
-    empty.write_bytes(b"")
-    no_code = ([wrapping.LinkedImage(KEY, os.fspath(empty), frozenset({"openmp"}))], [""])
-    wrapper = wrapping.group_registration_object(groups + [no_code], toolchain)  # a group without code: left out
-    assert wrapper is not None
-    out = run_program(link_program(llvm19, tmp_path, [two["a"].obj, two["b"].obj], wrapper, runtime=OMPTARGET))
-    assert out.returncode == 0 and RESULT in out.stdout, out.stdout + out.stderr
-    assert "Failed to load" not in out.stderr and "mismatch" not in out.stderr, out.stderr
-    assert wrapping.group_registration_object([no_code], toolchain) is None
-    with pytest.raises(OffloadError, match="image group 1 has no device code for x86_64-unknown-linux-gnu"):
-        wrapping.group_registration_object([groups[0], (no_code[0], ["kernel"])], toolchain)
-    hip = [wrapping.LinkedImage(KEY, os.fspath(two["a"].image_path), frozenset({"openmp", "hip"}))]
-    with pytest.raises(OffloadError, match="holds hip device code"):
-        wrapping.group_registration_object([(hip, [])], toolchain)
 
 
 @pytest.mark.parametrize("wrong", ["one descriptor", "swapped entries", "all to group 0"])
