@@ -225,3 +225,31 @@ def test_a_hip_model_program_refuses_groups(tmp_path):
     assert done.returncode == 2
     assert "OFFLOAD_IMAGE_GROUPS links OpenMP programs only" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_two_groups_using_the_gpu_libc_rpc_client_stop_the_link(tmp_path):
+    """libomptarget 19 serves the RPC client (device printf, malloc) of one image per device: two groups whose
+    images define it would leave one waiting forever, so the group link refuses them."""
+    (tmp_path / "SConstruct").write_text(SCONSTRUCT)
+    for name in ("p", "q"):  # each defines the client, as the GPU libc linked into each group's image would
+        (tmp_path / f"{name}.cpp").write_text(textwrap.dedent(f"""
+            #ifdef __AMDGCN__  // device code only: the host registers no entry for it
+            #pragma omp declare target
+            extern "C" __attribute__((weak, used, visibility("default"))) void *__llvm_libc_rpc_client = nullptr;
+            #pragma omp end declare target
+            #endif
+            int run_{name}() {{
+              int r = 0;
+            #pragma omp target map(tofrom : r)
+              r = 1;
+              return r;
+            }}
+        """))
+    (tmp_path / "main.cpp").write_text("int run_p(); int run_q();\nint main() { return run_p() + run_q() - 2; }\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([SCONS, "-Q", "archs=gfx90a", "sources=p.cpp q.cpp main.cpp"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "2 image groups of gfx90a use the GPU libc's RPC client" in done.stderr, done.stderr
+    assert not (tmp_path / "prog.gfx90a.groups").exists() and not (tmp_path / "prog").exists()
+    assert _scons(tmp_path, "archs=gfx90a", "groups=0", "sources=p.cpp q.cpp main.cpp")

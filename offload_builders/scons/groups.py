@@ -83,6 +83,7 @@ def offload_group_link(target, source, env) -> int:
         binaries = linking.read_device_inputs(str(source[0]))
         os.makedirs(cache, exist_ok=True)
         used: set[str] = set()
+        rpc_users: list[image_groups.ImageGroup] = []
         images: list[tuple[linking.GroupKey, str]] = []
         for number, (group, files) in enumerate(zip(plan.groups, members)):
             directory = os.path.join(scratch, str(number))
@@ -98,9 +99,16 @@ def offload_group_link(target, source, env) -> int:
             image = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, argv[:1]) + ".img")
             if not os.path.exists(image):
                 _run_link(env, tid, argv, placeholder, image, target[0], group)
-            _check_entries(image, group, tid, target[0])
+            if RPC_CLIENT in _check_entries(image, group, tid, target[0]):
+                rpc_users.append(group)
             used.add(os.path.basename(image))
             images.append((key, image))
+        if len(rpc_users) > 1:
+            raise OffloadError(
+                f"{len(rpc_users)} image groups of {tid} use the GPU libc's RPC client ({RPC_CLIENT}: device printf,"
+                f" malloc, I/O), in the groups of {rpc_users[0].objects[0]} and {rpc_users[1].objects[0]}; libomptarget "
+                "19 serves only the last image loaded on a device, so the others would wait forever: leave "
+                "OFFLOAD_IMAGE_GROUPS off for this program")
         with open(partial_path(env, target[0]), "wb") as out:
             for data in linking.openmp_image_binaries(images, toolchain.major):
                 out.write(data)
@@ -133,11 +141,17 @@ def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, image: str,
     os.replace(placeholder, image)
 
 
-def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, node) -> None:
-    """Every entry the group's objects register must be in its image (see :func:`linking.missing_entries`)."""
+#: The GPU libc's RPC client, which the plugin sets up per image but serves for one image per device (LLVM 19:
+#: ``RPCServerTy::initDevice`` keeps the last image's server in ``Handles[DeviceId]``).
+RPC_CLIENT = "__llvm_libc_rpc_client"
+
+
+def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, node) -> frozenset[str]:
+    """Every entry the group's objects register must be in its image (see :func:`linking.missing_entries`);
+    returns the names the image defines."""
     defined = linking.defined_symbols(image) if os.path.getsize(image) else None
     if defined is None:
-        return
+        return frozenset()
     from offload_builders.registration import REQUIRES_ENTRY_NAMES
 
     absent = [name for name in group.entries if name not in defined and name not in REQUIRES_ENTRY_NAMES]
@@ -146,6 +160,7 @@ def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, no
             f"{', '.join(group.objects)}: register the offload entry {absent[0]}, which the {tid} image of their"
             " group does not define: the objects and that device code were compiled from different files; build"
             " again"))
+    return defined
 
 
 #: What the group links read besides their files: as the device link's command.
