@@ -107,8 +107,8 @@ def offload_group_link(target, source, env) -> int:
             raise OffloadError(
                 f"{len(rpc_users)} image groups of {tid} use the GPU libc's RPC client ({RPC_CLIENT}: device printf,"
                 f" malloc, I/O), in the groups of {rpc_users[0].objects[0]} and {rpc_users[1].objects[0]}; "
-                "libomptarget 19 serves only the last image loaded on a device, so the others would wait forever: leave "
-                "OFFLOAD_IMAGE_GROUPS off for this program")
+                "libomptarget 19 serves only the last image loaded on a device, so the others would wait forever: "
+                "leave OFFLOAD_IMAGE_GROUPS off for this program")
         with open(partial_path(env, target[0]), "wb") as out:
             for data in linking.openmp_image_binaries(images, toolchain.major):
                 out.write(data)
