@@ -202,6 +202,47 @@ def read_plan(path: str) -> GroupPlan:
         raise OffloadError(f"{path}: not an image-group plan ({error}); build again") from None
 
 
+#: The AMDGPU device runtime's heap (``DeviceRTL/src/Allocator.cpp``): device ``malloc``, and the runtime's own
+#: allocations (dynamic schedules, tasks, thread states, a full shared-memory stack) bump through it.
+MEMORY_POOL = "__omp_rtl_device_memory_pool"
+
+
+def referenced_symbols_and_strip(image: str, objcopy: str) -> frozenset[str]:
+    """The symbols the code and data of a device image linked with ``--emit-relocs`` refer to; then remove
+    those relocation sections again (``objcopy``: llvm-objcopy), which leaves every loaded byte as a link
+    without ``--emit-relocs`` makes it (checked in ``tests/test_image_groups.py``)."""
+    import subprocess
+
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.relocation import RelocationSection
+    from elftools.elf.sections import SymbolTableSection
+
+    names: set[str] = set()
+    emitted: list[str] = []
+    try:
+        with open(image, "rb") as f:
+            elf = ELFFile(f)
+            for section in elf.iter_sections():
+                if not isinstance(section, RelocationSection) or section["sh_flags"] & 0x2:  # SHF_ALLOC: .rela.dyn
+                    continue
+                emitted.append(section.name)
+                symbols = elf.get_section(section["sh_link"])
+                if not isinstance(symbols, SymbolTableSection):
+                    continue
+                for relocation in section.iter_relocations():
+                    if relocation["r_info_sym"]:
+                        names.add(symbols.get_symbol(relocation["r_info_sym"]).name)
+    except (ELFError, OSError, ValueError) as error:
+        raise OffloadError(f"{image}: cannot read its relocations ({error})") from None
+    if emitted:
+        done = subprocess.run([objcopy, *(f"--remove-section={name}" for name in emitted), image], check=False,
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise OffloadError(f"{objcopy} failed on {image}: {done.stderr.strip()}")
+    return frozenset(names)
+
+
 def link_key(argv: Sequence[str], inputs: Sequence[str], output: str, programs: Sequence[str]) -> str:
     """The cache key of one group's link: the command (its input and output paths as placeholders), the
     inputs' contents and the programs it runs (path, size, modification time)."""
@@ -221,4 +262,5 @@ def link_key(argv: Sequence[str], inputs: Sequence[str], output: str, programs: 
     return digest.hexdigest()
 
 
-__all__ = ["GroupPlan", "ImageGroup", "RUNTIME_PREFIXES", "link_key", "plan_groups", "read_plan", "write_plan"]
+__all__ = ["MEMORY_POOL", "GroupPlan", "ImageGroup", "RUNTIME_PREFIXES", "link_key", "plan_groups", "read_plan",
+           "referenced_symbols_and_strip", "write_plan"]

@@ -253,3 +253,99 @@ def test_two_groups_using_the_gpu_libc_rpc_client_stop_the_link(tmp_path):
     assert "2 image groups of gfx90a use the GPU libc's RPC client" in done.stderr, done.stderr
     assert not (tmp_path / "prog.gfx90a.groups").exists() and not (tmp_path / "prog").exists()
     assert _scons(tmp_path, "archs=gfx90a", "groups=0", "sources=p.cpp q.cpp main.cpp")
+
+
+DYNAMIC = """
+    void run_{name}(double *x, int n) {{
+    #pragma omp target teams distribute parallel for schedule(dynamic) map(tofrom : x[0 : n])
+      for (int i = 0; i < n; ++i) x[i] *= 2;
+    }}
+"""
+PLAIN = """
+    void run_{name}(double *x, int n) {{
+    #pragma omp target teams distribute parallel for map(tofrom : x[0 : n])
+      for (int i = 0; i < n; ++i) x[i] += 1;
+    }}
+"""
+
+
+def _heap_project(root: Path, kinds: dict[str, str]) -> str:
+    (root / "SConstruct").write_text(SCONSTRUCT)
+    for name, text in kinds.items():
+        (root / f"{name}.cpp").write_text(textwrap.dedent(text.format(name=name)))
+    calls = " ".join(f"run_{name}(x, 8);" for name in kinds)
+    (root / "main.cpp").write_text("".join(f"void run_{name}(double *, int);\n" for name in kinds)
+                                   + f"int main() {{ double x[8] = {{}}; {calls} return 0; }}\n")
+    return "sources=" + " ".join(f"{name}.cpp" for name in kinds) + " main.cpp"
+
+
+def test_two_groups_using_the_amdgpu_device_heap_stop_the_link(tmp_path):
+    """libomptarget 19 frees an image's device heap when it loads the next image on that device, so two groups
+    whose kernels allocate (here: dynamic schedules) cannot be registered apart."""
+    sources = _heap_project(tmp_path, {"p": DYNAMIC, "q": DYNAMIC})
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([SCONS, "-Q", "archs=gfx90a", sources], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "2 image groups use the AMDGPU device heap" in done.stderr, done.stderr
+    assert "the groups of p.o and q.o" in done.stderr
+    assert not (tmp_path / "prog").exists()
+
+
+def test_the_one_group_using_the_device_heap_is_registered_last(tmp_path):
+    """One heap-using group is safe when its image loads last: its descriptor is registered last."""
+    sources = _heap_project(tmp_path, {"p": DYNAMIC, "q": PLAIN})
+    _scons(tmp_path, "archs=gfx90a,x86_64", sources)
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["p.o"], ["q.o"]]
+    assert (tmp_path / "prog.gfx90a.groups.heap").read_text() == "0\n"
+    assert (tmp_path / "prog.x86_64.groups.heap").read_text() == ""
+    # descriptors register in group order (.omp_offloading.device_image.<group>.<n>): q's group first, p's last
+    listing = subprocess.run(["/usr/lib/llvm-19/bin/llvm-objdump", "--offloading", str(tmp_path / "prog")],
+                             capture_output=True, text=True, check=True).stdout
+    assert listing.count("OFFLOADING IMAGE") == 4
+    images = _wrapper_images(tmp_path / "prog.offload.wrapper.o")
+    assert all(b"run_qPdi" in data and b"run_pPdi" not in data for name, data in images.items() if ".0." in name)
+    assert all(b"run_pPdi" in data and b"run_qPdi" not in data for name, data in images.items() if ".1." in name)
+    assert len(images) == 4
+    done = _run(tmp_path)  # the x86_64 images run
+    assert done.returncode == 0, done.stderr
+
+
+def _wrapper_images(path: Path) -> dict[str, bytes]:
+    """The device images of a registration object, by symbol (``.omp_offloading.device_image.<group>.<n>``)."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        table = next(s for s in elf.iter_sections() if isinstance(s, SymbolTableSection))
+        found = {}
+        for symbol in table.iter_symbols():
+            if symbol.name.startswith(".omp_offloading.device_image."):
+                data = elf.get_section(symbol["st_shndx"]).data()
+                found[symbol.name] = data[symbol["st_value"]:symbol["st_value"] + symbol["st_size"]]
+        return found
+
+
+def test_a_stripped_group_image_loads_the_bytes_of_a_plain_link(tmp_path):
+    """The group link adds --emit-relocs to find heap users and strips those sections again: every allocated
+    section and every program header is what the plain link gives."""
+    from elftools.elf.elffile import ELFFile
+
+    sources = _heap_project(tmp_path, {"p": DYNAMIC})
+    _scons(tmp_path, "archs=gfx90a", "groups=0", sources)
+    plain = tmp_path / "prog.gfx90a.img"
+    _scons(tmp_path, "archs=gfx90a", "groups=1", sources)
+    (image,) = (tmp_path / "prog.gfx90a.groups.cache").iterdir()
+    assert image.name.endswith(".pool.img")
+
+    def loaded(path: Path):
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            return ([(s.name, s["sh_addr"], s.data()) for s in elf.iter_sections() if s["sh_flags"] & 2],
+                    [(seg["p_type"], seg["p_vaddr"], seg["p_filesz"], seg["p_memsz"]) for seg in elf.iter_segments()],
+                    [s.name for s in elf.iter_sections() if s.name.startswith(".rela")])
+
+    assert loaded(image) == loaded(plain)
+    assert loaded(image)[2] == [".rela.dyn"]

@@ -44,6 +44,10 @@ from offload_builders.scons.common import (
 from offload_builders.targets import TargetID, parse_target_id
 
 CACHE_SUFFIX = ".cache"
+#: A cached AMDGPU image whose code uses the device heap (image_groups.MEMORY_POOL).
+POOL_SUFFIX = ".pool.img"
+#: The group-link node's second file: the groups whose image uses the device heap, one number a line.
+POOL_FILE_SUFFIX = ".heap"
 
 
 def _plan_path(env) -> str:
@@ -84,6 +88,7 @@ def offload_group_link(target, source, env) -> int:
         os.makedirs(cache, exist_ok=True)
         used: set[str] = set()
         rpc_users: list[image_groups.ImageGroup] = []
+        pool_users: list[int] = []
         images: list[tuple[linking.GroupKey, str]] = []
         for number, (group, files) in enumerate(zip(plan.groups, members)):
             directory = os.path.join(scratch, str(number))
@@ -96,9 +101,21 @@ def offload_group_link(target, source, env) -> int:
                 inputs.append(path)
             placeholder = os.path.join(cache, "link.partial")
             argv = device_link_argv(env, tid, target, source, inputs, placeholder)
-            image = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, argv[:1]) + ".img")
-            if not os.path.exists(image):
-                _run_link(env, tid, argv, placeholder, image, target[0], group)
+            if tid.kind == "amdgpu":  # which images use the device heap (see _check_memory_pools)
+                argv.append("--emit-relocs" if os.path.basename(argv[0]).startswith("ld.lld") else "-Wl,--emit-relocs")
+            stem = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, argv[:1]))
+            image = next((path for path in (stem + ".img", stem + POOL_SUFFIX) if os.path.exists(path)), "")
+            if not image:
+                _run_link(env, tid, argv, placeholder, target[0], group)
+                uses_pool = False
+                if tid.kind == "amdgpu":
+                    objcopy = str(toolchain.tool("llvm-objcopy"))
+                    uses_pool = image_groups.MEMORY_POOL in image_groups.referenced_symbols_and_strip(placeholder,
+                                                                                                      objcopy)
+                image = stem + (POOL_SUFFIX if uses_pool else ".img")
+                os.replace(placeholder, image)
+            if image.endswith(POOL_SUFFIX):
+                pool_users.append(number)
             if RPC_CLIENT in _check_entries(image, group, tid, target[0]):
                 rpc_users.append(group)
             used.add(os.path.basename(image))
@@ -112,6 +129,8 @@ def offload_group_link(target, source, env) -> int:
         with open(partial_path(env, target[0]), "wb") as out:
             for data in linking.openmp_image_binaries(images, toolchain.major):
                 out.write(data)
+        with open(partial_path(env, target[1]), "w") as out:
+            out.write("".join(f"{number}\n" for number in pool_users))
         for name in os.listdir(cache):  # what no group links any more
             if name not in used:
                 os.unlink(os.path.join(cache, name))
@@ -122,9 +141,8 @@ def offload_group_link(target, source, env) -> int:
     return 0
 
 
-def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, image: str, node,
-              group: image_groups.ImageGroup) -> None:
-    """Run one group's device link; its image enters the cache only once complete."""
+def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, node, group: image_groups.ImageGroup) -> None:
+    """Run one group's device link to ``placeholder``; the caller moves it into the cache once complete."""
     if not SCons.Script.GetOption("silent"):
         print(" ".join(argv))
     done = subprocess.run(argv, env={k: str(v) for k, v in env["ENV"].items()}, stderr=subprocess.PIPE,
@@ -138,7 +156,6 @@ def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, image: str,
         hint = device_libraries.missing_library_hint(messages, str(tid))
         raise SCons.Errors.BuildError(node=node, errstr=hint or f"the device link of the group of "
                                       f"{', '.join(group.objects)} failed (exit status {done.returncode})")
-    os.replace(placeholder, image)
 
 
 #: The GPU libc's RPC client, which the plugin sets up per image but serves for one image per device (LLVM 19:
@@ -188,21 +205,45 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
                                         inputs, OFFLOAD_TARGET=str(tid)))
     plan = _GROUPS_BUILDER(env, [directory.File(node_name(Phase.GROUPS, OPENMP, LINK, program=stem))],
                            extracts + list(inputs), _OFFLOAD_WRAP_TARGETS=labels)
-    images = []
+    images, heaps = [], []
     for tid, extract in zip(targets, extracts):
         names = {"program": stem, "target": tid.file_token}
-        image = _GROUPLINK_BUILDER(env, [directory.File(node_name(Phase.GROUPLINK, OPENMP, LINK, **names))],
+        name = node_name(Phase.GROUPLINK, OPENMP, LINK, **names)
+        image = _GROUPLINK_BUILDER(env, [directory.File(name), directory.File(name + POOL_FILE_SUFFIX)],
                                    [extract, plan[0]], OFFLOAD_TARGET=str(tid))
         program_run = probe_device_link(image[0], tid)
         if program_run is not None:  # the linker, as the compile nodes name their programs
             depend_on_stamps(image, [program_run])
-        images.extend(image)
+        images.append(image[0])
+        heaps.append(image[1])
     wrapper_name = node_name(Phase.WRAP, OPENMP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
-    wrapper = wrap_builder(env, [directory.File(wrapper_name)], images + [plan[0]], _OFFLOAD_WRAP_TARGETS=labels,
-                           _OFFLOAD_GROUP_PLAN=str(plan[0]))
+    wrapper = wrap_builder(env, [directory.File(wrapper_name)], images + heaps + [plan[0]],
+                           _OFFLOAD_WRAP_TARGETS=labels, _OFFLOAD_GROUP_PLAN=str(plan[0]))
     program.attributes.offload_wrapper = wrapper[0]
     env.Depends(program, wrapper)
     return images
+
+
+def _check_memory_pools(plan: image_groups.GroupPlan, heap_files: Sequence[str]) -> int | None:
+    """The one group whose AMDGPU images use the device heap, or None; more than one stops the link.
+
+    libomptarget 19's plugin gives each image it loads a heap (``GenericDeviceTy::setupDeviceMemoryPool``, 512 MiB
+    on AMDGPU) and first frees the heap of the image loaded before on that device, which that image's runtime
+    still bumps through: device ``malloc``, dynamic schedules, tasks and the runtime's other allocations in its
+    kernels would use freed memory. Images load in registration order, so one group using the heap is safe when
+    registered last; two are not."""
+    users: set[int] = set()
+    for path in heap_files:
+        with open(path) as f:
+            users.update(int(line) for line in f.read().split())
+    if len(users) > 1:
+        first, second = sorted(users)[:2]
+        raise OffloadError(
+            f"{len(users)} image groups use the AMDGPU device heap ({image_groups.MEMORY_POOL}: device malloc, "
+            f"dynamic schedules, tasks), the groups of {plan.groups[first].objects[0]} and "
+            f"{plan.groups[second].objects[0]}; libomptarget 19 frees an image's heap when it loads the next image "
+            "on the device: leave OFFLOAD_IMAGE_GROUPS off for this program")
+    return users.pop() if users else None
 
 
 def group_registration(target, source, env) -> bytes:
@@ -228,6 +269,9 @@ def group_registration(target, source, env) -> bytes:
     per_target.sort(key=lambda item: item[0][0], reverse=True)
     groups = [([images[number] for _, images in per_target], list(group.entries))
               for number, group in enumerate(plan.groups)]
+    heap = _check_memory_pools(plan, [str(node) for node in source[len(labels):2 * len(labels)]])
+    if heap is not None:  # registered last, so its image is loaded last: see _check_memory_pools
+        groups.append(groups.pop(heap))
     return registration.wrap_openmp_groups(groups, llvm_version=toolchain_for(env).major)
 
 
