@@ -34,7 +34,7 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders import device_libraries, leftovers, linking, models
-from offload_builders.driver import portable_signature
+from offload_builders.driver import BoundCommand, portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -173,7 +173,7 @@ class Renderer:
     of the variable's value and hashes its code, which for an object is this small ``__call__``.
     """
 
-    def __init__(self, render: Callable[..., list[str]]) -> None:
+    def __init__(self, render: Callable[..., Sequence[Any] | BoundCommand]) -> None:
         self._render = render
         self.__name__ = render.__name__
 
@@ -184,9 +184,14 @@ class Renderer:
         if memo is not None and key in memo:
             return memo[key]
         try:
-            argv = [str(arg) for arg in self._render(target, source, env, for_signature)]
-            if for_signature:  # no checkout's location where the output cannot record it (see portable_signature)
-                argv = portable_signature(argv, top_directory(env))
+            rendered = self._render(target, source, env, for_signature)
+            # no checkout's location where the output cannot record it (see portable_signature)
+            if isinstance(rendered, BoundCommand):  # a driver job: its fixed words made portable once per template
+                argv = rendered.signature(top_directory(env)) if for_signature else rendered.words()
+            else:
+                argv = [str(arg) for arg in rendered]
+                if for_signature:
+                    argv = portable_signature(argv, top_directory(env))
         except OffloadError as error:
             raise user_error(error) from None
         if target:

@@ -123,14 +123,14 @@ def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]), **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]), **_cuid_value(steps.compile, env, source))
 
 
 @Renderer
 def _assemble_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
-    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -162,9 +162,9 @@ def _host_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     steps = _host_steps(env, target, source, for_signature)
     slot = "fatbin" if steps.fatbinary is not None else "package"
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]), **{slot: str(device_side[0])},
-                                **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]), **{slot: str(device_side[0])},
+                              **_cuid_value(steps.compile, env, source))
 
 
 def _cuid_value(template, env, source) -> dict[str, str]:

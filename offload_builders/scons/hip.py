@@ -200,9 +200,9 @@ def _cuid_value(steps_template, env, source) -> dict[str, str]:
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]),
-                                **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]),
+                              **_cuid_value(steps.compile, env, source))
 
 
 @Renderer
@@ -210,7 +210,7 @@ def _object_devicelink_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
     if steps.link is None:
         raise SCons.Errors.UserError(f"{target[0]}: RDC device code is linked by the linker wrapper, not per object")
-    return steps.link.render(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.link.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -229,9 +229,9 @@ def _host_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     steps = _host_steps(env, target, source, for_signature)
     slot = "package" if steps.rdc else "fatbin"
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]),
-                                **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]),
+                              **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
 
 
 def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:

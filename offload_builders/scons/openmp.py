@@ -139,16 +139,16 @@ def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
 @Renderer
 def _host_cc1(target, source, env, for_signature):
     steps = _host_steps(env, target, source, for_signature)
-    return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
-                                 output=partial_path(env, target[0]),
-                                 **dependency_values(steps.frontend, str(_object_of(target)[0])))
+    return steps.frontend.bind(source=str(source[0]), main_file_name=source[0].name,
+                               output=partial_path(env, target[0]),
+                               **dependency_values(steps.frontend, str(_object_of(target)[0])))
 
 
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                host_bc=str(source[1]), output=partial_path(env, target[0]))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              host_bc=str(source[1]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -156,7 +156,7 @@ def _assemble_cmd(target, source, env, for_signature):
     original = env["_OFFLOAD_ORIGINAL_SOURCE"]
     steps = _device_steps(env, target, [original], for_signature)
     assert steps.assemble is not None
-    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -192,8 +192,8 @@ def _embed_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     host_bc, package = inputs
     steps = _host_steps(env, target, source, for_signature)
-    return steps.embed.render(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
-                              output=partial_path(env, target[0]))
+    return steps.embed.bind(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
+                            output=partial_path(env, target[0]))
 
 
 class _SourceIdentityAction(SCons.Action.ActionBase):
