@@ -34,11 +34,11 @@ from offload_builders.phases import (
     target_selection_flags,
 )
 from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
     COMMIT,
     REMOVE_STALE,
     Renderer,
     check_tools_for,
+    clean_with_leftovers,
     command_dependency_overrides,
     compile_flags,
     depend_on_device_libraries,
@@ -47,6 +47,7 @@ from offload_builders.scons.common import (
     in_process_action,
     mark_model,
     model_targets_for,
+    override_environment,
     partial_path,
     phase_action,
     set_default,
@@ -55,6 +56,7 @@ from offload_builders.scons.common import (
     top_directory,
     user_error,
     warn_unmatched_keys,
+    word_value,
 )
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_target_id
@@ -70,7 +72,7 @@ _MODELS: dict[tuple[Toolchain, str, str], PhaseModel] = {}
 
 def _model(env) -> PhaseModel:
     top = top_directory(env)
-    cache_path = os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
+    cache_path = os.path.join(top, word_value(env, "OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
     key = (toolchain_for(env), top, cache_path)
     if key not in _MODELS:
         _MODELS[key] = PhaseModel(key[0], top, probe_cache(cache_path) if cache_path else None)
@@ -225,24 +227,23 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
         return ()
 
 
+# The phase builders have no emitter: object_emitter hands their nodes to clean_with_leftovers itself.
 _HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
                                                                      *phase_action("HOST").list]),
-                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True,
-                                      emitter=CLEAN_LEFTOVERS)
+                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
 
 
-_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
-                                        emitter=CLEAN_LEFTOVERS)
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
 
 
-_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
 
 
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
     REMOVE_STALE,
     SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR", varlist=["_OFFLOAD_PACKAGE_TARGETS"]),
     COMMIT,
-]), emitter=CLEAN_LEFTOVERS)
+]))
 
 
 def object_emitter(target, source, env):
@@ -271,14 +272,16 @@ def object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
     overrides = command_dependency_overrides(env)
-    host_bc = _HOST_BUILDER(env, [directory.File(node_name(Phase.HOST, OPENMP, stem=stem))], [src], **overrides)
+    # The same overrides for every source (a target's device compiles): one environment, made once.
+    host_bc = _HOST_BUILDER(override_environment(env, overrides),
+                            [directory.File(node_name(Phase.HOST, OPENMP, stem=stem))], [src])
     depend_on_program(env, host_bc, overrides, host.frontend)
     images, compiled = [], []
     for tid, steps in plans.items():
         compiled_name = node_name(Phase.DEVICE, OPENMP, stem=stem, target=tid.file_token,
                                   suffix=steps.compile_suffix)
-        device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src] + host_bc,
-                                 OFFLOAD_TARGET=str(tid), **overrides)
+        device = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid), **overrides}),
+                                 [directory.File(compiled_name)], [src] + host_bc)
         depend_on_program(env, device, overrides, steps.compile)
         depend_on_device_libraries(env, device, steps.compile)
         compiled.extend(device)
@@ -292,6 +295,7 @@ def object_emitter(target, source, env):
     package = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, OPENMP, stem=stem))], images,
                                _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
                                _OFFLOAD_ORIGINAL_SOURCE=src)
+    clean_with_leftovers(env, [*host_bc, *compiled, *package])
     for node in [*host_bc, *package, *compiled]:
         node.attributes.offload_object = obj
     mark_model([obj, *host_bc, *package, *compiled], OPENMP)
