@@ -89,9 +89,14 @@ class CommandTemplate:
             if slot is None:
                 continue
             value = values[slot.name]
-            words = [slot.prefix + value] if isinstance(value, str) else [slot.prefix + item for item in value]
-            read = read or any(word.startswith(_SIGNATURE_FLAGS) for word in words)
-            argv += words
+            if isinstance(value, str):
+                word = slot.prefix + value
+                read = read or word.startswith(_SIGNATURE_FLAGS)
+                argv.append(word)
+            else:
+                words = [slot.prefix + item for item in value]
+                read = read or any(word.startswith(_SIGNATURE_FLAGS) for word in words)
+                argv += words
         return argv, read
 
     def signature(self, top: str, **values: str | Sequence[str]) -> list[str]:

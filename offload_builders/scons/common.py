@@ -395,6 +395,19 @@ class PhaseCommandAction(SCons.Action.LazyAction):
                 return renderer
         return None
 
+    def _node_renderer(self, target, env) -> Renderer | None:
+        """:meth:`renderer`, once per node, for what SCons asks of every node in every build (its signature,
+        its command scan, its action's description): after the SConscripts are read, a node's build
+        environment no longer changes."""
+        memo = getattr(target[0].attributes, "_offload_renderers", None) if target else None
+        if memo is None:
+            if not target:
+                return self.renderer(env)
+            memo = target[0].attributes._offload_renderers = {}
+        if self.var not in memo:
+            memo[self.var] = self.renderer(env)
+        return memo[self.var]
+
     @staticmethod
     def _render(renderer: Renderer, target, source, env, executor, for_signature: bool) -> list[str]:
         """The renderer's words for the nodes SCons' substitution would give it (the executor's, sources
@@ -418,7 +431,7 @@ class PhaseCommandAction(SCons.Action.LazyAction):
 
     def genstring(self, target, source, env, executor=None):
         # What SCons records as the node's action (shown by --debug=explain), as a lazy action words it.
-        renderer = self.renderer(env)
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
         if renderer is None:
             return super().genstring(target, source, env, executor)
         return f"{renderer.__name__}(target, source, env)"
@@ -431,7 +444,7 @@ class PhaseCommandAction(SCons.Action.LazyAction):
         return super().execute(target, source, env, executor)
 
     def get_presig(self, target, source, env, executor=None):
-        renderer = self.renderer(env)
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
         if renderer is None:
             return super().get_presig(target, source, env, executor)
         return " ".join(self._render(renderer, target, source, env, executor, True))
@@ -440,8 +453,10 @@ class PhaseCommandAction(SCons.Action.LazyAction):
         """SCons' default command scan (``$IMPLICIT_COMMAND_DEPENDENCIES`` unset or true: the program, the first
         word found on ``$ENV['PATH']``) read from the rendered words, which SCons would substitute once more
         (about 1 ms a node); any other setting takes SCons' own path."""
-        renderer = self.renderer(env)
-        if renderer is None or env.get("IMPLICIT_COMMAND_DEPENDENCIES", True) not in (True, 1):
+        if env.get("IMPLICIT_COMMAND_DEPENDENCIES", True) not in (True, 1):  # our compile nodes: 0
+            return super().get_implicit_deps(target, source, env, executor)
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
+        if renderer is None:
             return super().get_implicit_deps(target, source, env, executor)
         words = self._render(renderer, target, source, env, executor, True)
         program = env.WhereIs(words[0]) if words else None
