@@ -243,15 +243,17 @@ def checkout_of(commit: str, root: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(root))
 
 
-def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path):
+def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19, cuda):
     """Speeding up how commands and signatures are rendered must not change them: what the code of
-    :data:`SIGNATURES_OF` built (OpenMP for the host CPU, NVPTX and AMDGPU; HIP objects and program) is up
-    to date for this code, and SCons' question mode agrees."""
+    :data:`SIGNATURES_OF` built (OpenMP for the host CPU, NVPTX and AMDGPU; HIP and CUDA objects and
+    programs) is up to date for this code, and SCons' question mode agrees."""
+    import test_cuda
     from test_hip import Sample
 
     earlier = checkout_of(SIGNATURES_OF, tmp_path / "earlier")
-    hip = Sample(tmp_path / "hip")
-    for root, args in ((project.root, ("archs=x86_64,sm_80,gfx90a",)), (hip.root, ("program=1",))):
+    hip, cuda_project = Sample(tmp_path / "hip"), test_cuda.Project(tmp_path / "cuda", llvm19("clang++"))
+    for root, args in ((project.root, ("archs=x86_64,sm_80,gfx90a",)), (hip.root, ("program=1",)),
+                       (cuda_project.root, ())):
         run_scons(root, *args, env=earlier)
         assert run_scons(root, "-q", *args, env=earlier, check=False).returncode == 0, root  # it was built
         # SCons' question mode: exit status 0 only when every node is up to date (it runs nothing)
