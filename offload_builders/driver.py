@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from offload_builders.errors import ToolchainError
@@ -42,30 +42,97 @@ Arg = str | Slot
 
 @dataclass(frozen=True)
 class CommandTemplate:
-    """A command line whose per-node paths are named :class:`Slot` objects."""
+    """A command line whose per-node paths are named :class:`Slot` objects.
+
+    Rendered for every node of a build (a no-op build too: SCons reads each node's command for its
+    signature), so the words are kept as runs of fixed words between slots, and :meth:`signature` rewrites
+    the fixed words for :func:`portable_signature` once per top directory rather than once per node."""
 
     argv: tuple[Arg, ...]
+    #: (fixed words, the slot after them or None), in order: what :meth:`render` concatenates.
+    _runs: tuple[tuple[tuple[str, ...], Slot | None], ...] = field(init=False, repr=False, compare=False)
+    _slots: frozenset[str] = field(init=False, repr=False, compare=False)
+    #: Per top directory: this template with its fixed words as :func:`portable_signature` writes them.
+    _portable: dict[str, CommandTemplate] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        runs: list[tuple[tuple[str, ...], Slot | None]] = []
+        fixed: list[str] = []
+        for arg in self.argv:
+            if isinstance(arg, str):
+                fixed.append(arg)
+            else:
+                runs.append((tuple(fixed), arg))
+                fixed = []
+        runs.append((tuple(fixed), None))
+        object.__setattr__(self, "_runs", tuple(runs))
+        object.__setattr__(self, "_slots", frozenset(arg.name for arg in self.argv if isinstance(arg, Slot)))
+        object.__setattr__(self, "_portable", {})
 
     @property
     def slots(self) -> frozenset[str]:
-        return frozenset(arg.name for arg in self.argv if isinstance(arg, Slot))
+        return self._slots
 
     def render(self, **values: str | Sequence[str]) -> list[str]:
         """Fill every slot; a list value fills its slot with as many arguments. A missing or unexpected
         value is a programming error, so it raises."""
-        unknown = set(values) - self.slots
-        if unknown:
-            raise KeyError(f"no slot named {sorted(unknown)} in this command")
-        argv: list[str] = []
-        for arg in self.argv:
-            if isinstance(arg, str):
-                argv.append(arg)
-            elif isinstance(value := values[arg.name], str):
-                argv.append(arg.prefix + value)
-            else:
-                argv.extend(arg.prefix + item for item in value)
-        return argv
+        return self._fill(values)[0]
 
+    def _fill(self, values: Mapping[str, str | Sequence[str]]) -> tuple[list[str], bool]:
+        """The words, and whether a slot's word starts with a flag :func:`portable_signature` reads."""
+        if not self._slots.issuperset(values):
+            raise KeyError(f"no slot named {sorted(set(values) - self._slots)} in this command")
+        argv: list[str] = []
+        read = False
+        for fixed, slot in self._runs:
+            argv += fixed
+            if slot is None:
+                continue
+            value = values[slot.name]
+            if isinstance(value, str):
+                word = slot.prefix + value
+                read = read or word.startswith(_SIGNATURE_FLAGS)
+                argv.append(word)
+            else:
+                words = [slot.prefix + item for item in value]
+                read = read or any(word.startswith(_SIGNATURE_FLAGS) for word in words)
+                argv += words
+        return argv, read
+
+    def signature(self, top: str, **values: str | Sequence[str]) -> list[str]:
+        """``portable_signature(self.render(**values), top)``, the fixed words rewritten once per ``top``.
+
+        The same words: :func:`portable_signature` decides from, and rewrites, only words that start with
+        one of the flags it reads (:data:`_SIGNATURE_FLAGS`), each on its own; while no slot's word starts
+        with one, those are all fixed words, in the same order, whatever the slots hold."""
+        portable = self._portable.get(top)
+        if portable is None:
+            fixed = [arg for arg in self.argv if isinstance(arg, str)]
+            rewritten = iter(portable_signature(fixed, top))
+            portable = CommandTemplate(tuple(next(rewritten) if isinstance(arg, str) else arg for arg in self.argv))
+            self._portable[top] = portable
+        argv, read = portable._fill(values)
+        return portable_signature(self.render(**values), top) if read else argv
+
+    def bind(self, **values: str | Sequence[str]) -> BoundCommand:
+        """This command for one node: its words or its signature words, rendered when asked."""
+        return BoundCommand(self, values)
+
+
+@dataclass(frozen=True)
+class BoundCommand:
+    """A :class:`CommandTemplate` with its slots' values: what a build tool's renderer returns, so the tool
+    asks for the words it needs (the command's, or its portable signature's, see
+    :meth:`CommandTemplate.signature`)."""
+
+    template: CommandTemplate
+    values: Mapping[str, str | Sequence[str]]
+
+    def words(self) -> list[str]:
+        return self.template.render(**self.values)
+
+    def signature(self, top: str) -> list[str]:
+        return self.template.signature(top, **self.values)
 
 
 def parse_driver_jobs(text: str) -> list[list[str]]:

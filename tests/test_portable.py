@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from offload_builders.driver import CommandTemplate, Slot
 from offload_builders.hip_phases import HipPhaseModel
 from offload_builders.phases import SIGNATURE_TOP, ProbeError, portable_signature
 from offload_builders.targets import TargetID
@@ -69,12 +70,17 @@ def _compile(root: Path, flags: tuple[str, ...]) -> tuple[list[str], list[str], 
     their portable signatures and the objects they wrote."""
     model = HipPhaseModel(find_toolchain(), root)
     flags = ("-Iinclude", "-nogpulib", "-nogpuinc", *flags)
-    device = model.device_steps(TargetID("gfx942"), flags).compile.render(
-        source="src/k.hip", main_file_name="k.hip", output="k.dev.o", cuid="0123456789abcdef")
-    host = model.host_steps(flags).compile.render(
-        source="src/k.hip", main_file_name="k.hip", output="k.o", fatbin="k.hipfb", cuid="0123456789abcdef")
+    device_template = model.device_steps(TargetID("gfx942"), flags).compile
+    device_values = {"source": "src/k.hip", "main_file_name": "k.hip", "output": "k.dev.o", "cuid": "0123456789abcdef"}
+    host_template = model.host_steps(flags).compile
+    host_values = {"source": "src/k.hip", "main_file_name": "k.hip", "output": "k.o", "fatbin": "k.hipfb",
+                   "cuid": "0123456789abcdef"}
+    device, host = device_template.render(**device_values), host_template.render(**host_values)
     for argv in (device, host):
         subprocess.run(argv, cwd=root, check=True, capture_output=True)
+    # what the SCons tool signs: the template's fixed words made portable once, then filled
+    assert device_template.signature(str(root), **device_values) == portable_signature(device, str(root))
+    assert host_template.signature(str(root), **host_values) == portable_signature(host, str(root))
     return (portable_signature(device, str(root)), portable_signature(host, str(root)),
             (root / "k.dev.o").read_bytes(), (root / "k.o").read_bytes())
 
@@ -105,6 +111,24 @@ def test_signatures_are_equal_in_two_checkouts_exactly_where_the_objects_are(tmp
         assert not any(str(first) in word for word in device1 + host1)
     else:  # the signature names the checkout the output records
         assert any(str(first) in word for word in host1)
+
+
+@pytest.mark.parametrize("value, rewritten", [
+    ("src/k.cpp", False),  # the debug info records the top directory: nothing is rewritten
+    ("-fdebug-compilation-dir=.", True),  # the last one wins: the debug info records another directory
+    ("-fdebug-prefix-map=/top/proj=.", True),  # the debug info records the top directory as "."
+])
+def test_a_template_signature_is_the_portable_signature_of_its_words_whatever_its_slots_hold(value, rewritten):
+    """:meth:`CommandTemplate.signature` rewrites the fixed words once per top directory; a slot whose word
+    is one of the flags :func:`portable_signature` decides by gets the words' own signature."""
+    template = CommandTemplate(("clang", "-cc1", "-fdebug-compilation-dir=/top/proj", "-debug-info-kind=constructor",
+                                Slot("input"), Slot("map", "-fdebug-prefix-map="), "-o", Slot("output")))
+    values = {"input": value, "map": "/elsewhere=/src", "output": "/top/proj/k.o"}
+    expected = portable_signature(template.render(**values), "/top/proj")
+    assert template.signature("/top/proj", **values) == expected
+    assert ("-fdebug-compilation-dir=#" in expected) is rewritten
+    assert template.bind(**values).signature("/top/proj") == expected
+    assert template.bind(**values).words() == template.render(**values)
 
 
 def test_gcov_coverage_is_one_clear_error_not_a_probe_path_in_a_command(tmp_path):

@@ -226,6 +226,42 @@ def test_no_op_rebuild_runs_no_command(project):
     assert "is up to date" in again.output
 
 
+#: A commit whose build signatures and commands this code keeps: a tree it built must stay up to date. Move it
+#: forward only with a change that is meant to rebuild every user's tree (and say so in the change).
+SIGNATURES_OF = "abfcf2b"
+
+
+def checkout_of(commit: str, root: Path) -> dict[str, str]:
+    """The package as it was at ``commit`` (``git archive`` of this repository) under ``root``; the process
+    environment that makes ``scons`` import it."""
+    archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", commit], capture_output=True, check=False)
+    if archive.returncode != 0:
+        pytest.fail(f"git archive {commit} failed ({archive.stderr.decode().strip()}): the test needs the "
+                    "repository's history")
+    root.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    return dict(os.environ, PYTHONPATH=str(root))
+
+
+def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19, cuda):
+    """Speeding up how commands and signatures are rendered must not change them: what the code of
+    :data:`SIGNATURES_OF` built (OpenMP for the host CPU, NVPTX and AMDGPU; HIP and CUDA objects and
+    programs) is up to date for this code, and SCons' question mode agrees."""
+    import test_cuda
+    from test_hip import Sample
+
+    earlier = checkout_of(SIGNATURES_OF, tmp_path / "earlier")
+    hip, cuda_project = Sample(tmp_path / "hip"), test_cuda.Project(tmp_path / "cuda", llvm19("clang++"))
+    for root, args in ((project.root, ("archs=x86_64,sm_80,gfx90a",)), (hip.root, ("program=1",)),
+                       (cuda_project.root, ())):
+        run_scons(root, *args, env=earlier)
+        assert run_scons(root, "-q", *args, env=earlier, check=False).returncode == 0, root  # it was built
+        # SCons' question mode: exit status 0 only when every node is up to date (it runs nothing)
+        assert run_scons(root, "-q", *args, check=False).returncode == 0, root
+        again = run_scons(root, *args)
+        assert again.commands == [] and "is up to date" in again.output, again.output
+
+
 def test_a_dry_run_on_a_clean_tree_prints_every_command(project):
     """``scons -n`` before anything is built: the device links print the driver's job (their inputs, which
     the extract node would unpack, as a pattern) and the dry run succeeds."""

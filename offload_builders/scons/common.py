@@ -34,7 +34,7 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders import device_libraries, leftovers, linking, models
-from offload_builders.driver import portable_signature
+from offload_builders.driver import BoundCommand, portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -49,11 +49,23 @@ def user_error(error: Exception) -> SCons.Errors.UserError:
     return SCons.Errors.UserError(str(error))
 
 
+def word_value(env, name: str) -> str:
+    """``env.subst('$<name>')``, without SCons' substitution where the value is one plain word (no ``$``, no
+    white space), which it would give back as it is: the tool reads a few such variables for every node."""
+    value = env.get(name)
+    if isinstance(value, str) and "$" not in value and not _WHITE_SPACE.search(value):
+        return value
+    return env.subst("$" + name)
+
+
+_WHITE_SPACE = re.compile(r"\s")
+
+
 def toolchain_for(env) -> Toolchain:
     """The toolchain for ``env``: ``$OFFLOAD_CLANG`` if set, else the process environment's search."""
     environ: Mapping[str, str] = os.environ
     if env.get("OFFLOAD_CLANG"):
-        environ = collections.ChainMap({"OFFLOAD_CLANG": env.subst("$OFFLOAD_CLANG")}, os.environ)
+        environ = collections.ChainMap({"OFFLOAD_CLANG": word_value(env, "OFFLOAD_CLANG")}, os.environ)
     try:
         return find_toolchain(environ)
     except OffloadError as error:
@@ -69,7 +81,7 @@ def probe_cache_for(env) -> ProbeCache | None:
     """The project's probe cache (``$OFFLOAD_PROBE_CACHE`` under the top directory), or None where it is ''."""
     if not env.get("OFFLOAD_PROBE_CACHE"):
         return None
-    return probe_cache(os.path.join(top_directory(env), env.subst("$OFFLOAD_PROBE_CACHE")))
+    return probe_cache(os.path.join(top_directory(env), word_value(env, "OFFLOAD_PROBE_CACHE")))
 
 
 #: The host link's default command line (``$OFFLOAD_LINKCOM``): while it is this line, :class:`HostLinkAction`
@@ -173,7 +185,7 @@ class Renderer:
     of the variable's value and hashes its code, which for an object is this small ``__call__``.
     """
 
-    def __init__(self, render: Callable[..., list[str]]) -> None:
+    def __init__(self, render: Callable[..., Sequence[Any] | BoundCommand]) -> None:
         self._render = render
         self.__name__ = render.__name__
 
@@ -184,9 +196,14 @@ class Renderer:
         if memo is not None and key in memo:
             return memo[key]
         try:
-            argv = [str(arg) for arg in self._render(target, source, env, for_signature)]
-            if for_signature:  # no checkout's location where the output cannot record it (see portable_signature)
-                argv = portable_signature(argv, top_directory(env))
+            rendered = self._render(target, source, env, for_signature)
+            # no checkout's location where the output cannot record it (see portable_signature)
+            if isinstance(rendered, BoundCommand):  # a driver job: its fixed words made portable once per template
+                argv = rendered.signature(top_directory(env)) if for_signature else rendered.words()
+            else:
+                argv = [str(arg) for arg in rendered]
+                if for_signature:
+                    argv = portable_signature(argv, top_directory(env))
         except OffloadError as error:
             raise user_error(error) from None
         if target:
@@ -329,20 +346,28 @@ COMMIT = SCons.Action.Action(_commit, None)
 
 
 def clean_leftovers(scratch_suffixes: Sequence[str] = ()) -> Callable:
-    """An emitter that, under ``scons -c``, has SCons remove the node's leftovers with the node.
+    """An emitter that, under ``scons -c``, has SCons remove the node's leftovers with the node
+    (:func:`clean_with_leftovers`)."""
+    def emitter(target, source, env):
+        clean_with_leftovers(env, target, scratch_suffixes)
+        return target, source
+    return emitter
+
+
+def clean_with_leftovers(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
+    """Under ``scons -c``, have SCons remove the nodes' leftovers with them.
 
     Their names are random, so they are found now, at read time (only when cleaning; one listing per
     directory), and handed to ``env.Clean``; ``scratch_suffixes`` name the node's scratch directories
-    (``<target>.inputs`` of a device link), which SCons removes with their contents."""
-    def emitter(target, source, env):
-        if SCons.Script.GetOption("clean"):
-            suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
-            for node in target:
-                found = _LEFTOVERS.find(node.get_abspath(), suffix, scratch_suffixes)
-                if found:
-                    env.Clean(node, found)
-        return target, source
-    return emitter
+    (``<target>.inputs`` of a device link), which SCons removes with their contents. An emitter that makes
+    nodes calls this for them (rather than giving their builders an emitter: SCons makes each builder
+    call with an emitter look its nodes up twice)."""
+    if SCons.Script.GetOption("clean"):
+        suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+        for node in nodes:
+            found = _LEFTOVERS.find(node.get_abspath(), suffix, scratch_suffixes)
+            if found:
+                env.Clean(node, found)
 
 
 #: The emitter of every phase builder: see :func:`clean_leftovers`.
@@ -370,6 +395,19 @@ class PhaseCommandAction(SCons.Action.LazyAction):
                 return renderer
         return None
 
+    def _node_renderer(self, target, env) -> Renderer | None:
+        """:meth:`renderer`, once per node, for what SCons asks of every node in every build (its signature,
+        its command scan, its action's description): after the SConscripts are read, a node's build
+        environment no longer changes."""
+        memo = getattr(target[0].attributes, "_offload_renderers", None) if target else None
+        if memo is None:
+            if not target:
+                return self.renderer(env)
+            memo = target[0].attributes._offload_renderers = {}
+        if self.var not in memo:
+            memo[self.var] = self.renderer(env)
+        return memo[self.var]
+
     @staticmethod
     def _render(renderer: Renderer, target, source, env, executor, for_signature: bool) -> list[str]:
         """The renderer's words for the nodes SCons' substitution would give it (the executor's, sources
@@ -393,7 +431,7 @@ class PhaseCommandAction(SCons.Action.LazyAction):
 
     def genstring(self, target, source, env, executor=None):
         # What SCons records as the node's action (shown by --debug=explain), as a lazy action words it.
-        renderer = self.renderer(env)
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
         if renderer is None:
             return super().genstring(target, source, env, executor)
         return f"{renderer.__name__}(target, source, env)"
@@ -406,7 +444,7 @@ class PhaseCommandAction(SCons.Action.LazyAction):
         return super().execute(target, source, env, executor)
 
     def get_presig(self, target, source, env, executor=None):
-        renderer = self.renderer(env)
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
         if renderer is None:
             return super().get_presig(target, source, env, executor)
         return " ".join(self._render(renderer, target, source, env, executor, True))
@@ -415,8 +453,10 @@ class PhaseCommandAction(SCons.Action.LazyAction):
         """SCons' default command scan (``$IMPLICIT_COMMAND_DEPENDENCIES`` unset or true: the program, the first
         word found on ``$ENV['PATH']``) read from the rendered words, which SCons would substitute once more
         (about 1 ms a node); any other setting takes SCons' own path."""
-        renderer = self.renderer(env)
-        if renderer is None or env.get("IMPLICIT_COMMAND_DEPENDENCIES", True) not in (True, 1):
+        if env.get("IMPLICIT_COMMAND_DEPENDENCIES", True) not in (True, 1):  # our compile nodes: 0
+            return super().get_implicit_deps(target, source, env, executor)
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
+        if renderer is None:
             return super().get_implicit_deps(target, source, env, executor)
         words = self._render(renderer, target, source, env, executor, True)
         program = env.WhereIs(words[0]) if words else None
@@ -540,6 +580,26 @@ def _check_tools(toolchain: Toolchain, nvptx: bool) -> None:
             toolchain.cuda_tool("ptxas")
     except OffloadError as error:
         raise user_error(error) from None
+
+
+#: Per environment (by identity; the environment is kept, so its id is not reused): its override
+#: environments by their overrides, see :func:`override_environment`.
+_OVERRIDE_ENVIRONMENTS: dict[int, tuple[Any, dict[tuple, Any]]] = {}
+
+
+def override_environment(env, overrides: Mapping[str, Any]):
+    """``env.Override(overrides)``, made once per environment and overrides (their values hashable): what a
+    builder call with those keyword arguments makes for each node. An emitter that makes the same kind of
+    node for every source (a target's device compile) passes it to the builder instead of the keywords,
+    so its nodes share one environment, as nodes made without overrides share the caller's."""
+    entry = _OVERRIDE_ENVIRONMENTS.get(id(env))
+    if entry is None or entry[0] is not env:
+        entry = _OVERRIDE_ENVIRONMENTS[id(env)] = (env, {})
+    key = tuple(sorted(overrides.items()))
+    made = entry[1].get(key)
+    if made is None:
+        made = entry[1][key] = env.Override(dict(overrides))
+    return made
 
 
 def command_dependency_overrides(env) -> dict:

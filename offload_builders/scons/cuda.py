@@ -56,11 +56,12 @@ from offload_builders.hip_phases import is_rdc
 from offload_builders.phase_table import CUDA, Phase, node_name
 from offload_builders.scons import hip, openmp
 from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
     Renderer,
+    clean_with_leftovers,
     compile_flags,
     mark_model,
     model_targets_for,
+    override_environment,
     partial_path,
     phase_action,
     probe_cache_for,
@@ -123,14 +124,14 @@ def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]), **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]), **_cuid_value(steps.compile, env, source))
 
 
 @Renderer
 def _assemble_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
-    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -162,20 +163,21 @@ def _host_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     steps = _host_steps(env, target, source, for_signature)
     slot = "fatbin" if steps.fatbinary is not None else "package"
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]), **{slot: str(device_side[0])},
-                                **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]), **{slot: str(device_side[0])},
+                              **_cuid_value(steps.compile, env, source))
 
 
 def _cuid_value(template, env, source) -> dict[str, str]:
     return {"cuid": _cuid(env, source)} if "cuid" in template.slots else {}
 
 
+# No emitter: object_emitter hands their nodes to clean_with_leftovers itself.
 _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
-                                        single_source=True, emitter=CLEAN_LEFTOVERS)
-_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
-_FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"), emitter=CLEAN_LEFTOVERS)
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"), emitter=CLEAN_LEFTOVERS)
+                                        single_source=True)
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
+_FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"))
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))
 
 
 def _object_emitter(target, source, env):
@@ -199,7 +201,8 @@ def _object_emitter(target, source, env):
     images, cubins, made = [], [], []
     for tid, steps in plans.items():
         ptx_name = node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
-        ptx = _DEVICE_BUILDER(env, [directory.File(ptx_name)], [src], OFFLOAD_TARGET=str(tid))
+        ptx = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
+                              [directory.File(ptx_name)], [src])
         cubin = _ASSEMBLE_BUILDER(env, [directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem,
                                                                  target=tid.file_token))],
                                   ptx, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
@@ -218,6 +221,7 @@ def _object_emitter(target, source, env):
                      if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {})
         device_side = _FATBIN_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, CUDA, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
+    clean_with_leftovers(env, [*made, *device_side])
     mark_model([obj, *made, *device_side], CUDA)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)

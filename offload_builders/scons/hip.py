@@ -97,16 +97,17 @@ from offload_builders.hip_phases import (
 from offload_builders.phase_table import HIP, Phase, node_name, row
 from offload_builders.scons import openmp
 from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
     COMMIT,
     REMOVE_STALE,
     OffloadLinkWarning,
     Renderer,
     check_tools_for,
+    clean_with_leftovers,
     compile_flags,
     depend_on_device_libraries,
     mark_model,
     model_targets_for,
+    override_environment,
     partial_path,
     phase_action,
     probe_cache_for,
@@ -200,9 +201,9 @@ def _cuid_value(steps_template, env, source) -> dict[str, str]:
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]),
-                                **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]),
+                              **_cuid_value(steps.compile, env, source))
 
 
 @Renderer
@@ -210,7 +211,7 @@ def _object_devicelink_cmd(target, source, env, for_signature):
     steps = _device_steps(env, target, _original(env, source), for_signature)
     if steps.link is None:
         raise SCons.Errors.UserError(f"{target[0]}: RDC device code is linked by the linker wrapper, not per object")
-    return steps.link.render(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.link.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -229,9 +230,9 @@ def _host_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     steps = _host_steps(env, target, source, for_signature)
     slot = "package" if steps.rdc else "fatbin"
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                output=partial_path(env, target[0]),
-                                **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              output=partial_path(env, target[0]),
+                              **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
 
 
 def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
@@ -290,12 +291,12 @@ def _bundle_action() -> SCons.Action.ListAction:
     ])
 
 
+# No emitter: object_emitter hands their nodes to clean_with_leftovers itself.
 _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
-                                        single_source=True, emitter=CLEAN_LEFTOVERS)
-_DEVICELINK_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICELINK"), single_source=True,
-                                            emitter=CLEAN_LEFTOVERS)
-_BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action(), emitter=CLEAN_LEFTOVERS)
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"), emitter=CLEAN_LEFTOVERS)
+                                        single_source=True)
+_DEVICELINK_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICELINK"), single_source=True)
+_BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
+_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))
 
 
 def _check_link_tool(steps: HipDeviceSteps) -> None:
@@ -335,7 +336,8 @@ def _object_emitter(target, source, env):
     images, made = [], []
     for tid, steps in plans.items():
         compiled_name = node_name(Phase.DEVICE, HIP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
-        device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src], OFFLOAD_TARGET=str(tid))
+        device = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
+                                 [directory.File(compiled_name)], [src])
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
         made.extend(device)
         if steps.link is not None:
@@ -354,6 +356,7 @@ def _object_emitter(target, source, env):
     else:
         device_side = _BUNDLE_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, HIP, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
+    clean_with_leftovers(env, [*made, *device_side])
     mark_model([obj, *made, *device_side], HIP)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)

@@ -34,11 +34,11 @@ from offload_builders.phases import (
     target_selection_flags,
 )
 from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
     COMMIT,
     REMOVE_STALE,
     Renderer,
     check_tools_for,
+    clean_with_leftovers,
     command_dependency_overrides,
     compile_flags,
     depend_on_device_libraries,
@@ -47,6 +47,7 @@ from offload_builders.scons.common import (
     in_process_action,
     mark_model,
     model_targets_for,
+    override_environment,
     partial_path,
     phase_action,
     set_default,
@@ -55,6 +56,7 @@ from offload_builders.scons.common import (
     top_directory,
     user_error,
     warn_unmatched_keys,
+    word_value,
 )
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_target_id
@@ -70,7 +72,7 @@ _MODELS: dict[tuple[Toolchain, str, str], PhaseModel] = {}
 
 def _model(env) -> PhaseModel:
     top = top_directory(env)
-    cache_path = os.path.join(top, env.subst("$OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
+    cache_path = os.path.join(top, word_value(env, "OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
     key = (toolchain_for(env), top, cache_path)
     if key not in _MODELS:
         _MODELS[key] = PhaseModel(key[0], top, probe_cache(cache_path) if cache_path else None)
@@ -139,16 +141,16 @@ def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
 @Renderer
 def _host_cc1(target, source, env, for_signature):
     steps = _host_steps(env, target, source, for_signature)
-    return steps.frontend.render(source=str(source[0]), main_file_name=source[0].name,
-                                 output=partial_path(env, target[0]),
-                                 **dependency_values(steps.frontend, str(_object_of(target)[0])))
+    return steps.frontend.bind(source=str(source[0]), main_file_name=source[0].name,
+                               output=partial_path(env, target[0]),
+                               **dependency_values(steps.frontend, str(_object_of(target)[0])))
 
 
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.render(source=str(source[0]), main_file_name=source[0].name,
-                                host_bc=str(source[1]), output=partial_path(env, target[0]))
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
+                              host_bc=str(source[1]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -156,7 +158,7 @@ def _assemble_cmd(target, source, env, for_signature):
     original = env["_OFFLOAD_ORIGINAL_SOURCE"]
     steps = _device_steps(env, target, [original], for_signature)
     assert steps.assemble is not None
-    return steps.assemble.render(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -192,8 +194,8 @@ def _embed_cc1(target, source, env, for_signature):
         raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
     host_bc, package = inputs
     steps = _host_steps(env, target, source, for_signature)
-    return steps.embed.render(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
-                              output=partial_path(env, target[0]))
+    return steps.embed.bind(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
+                            output=partial_path(env, target[0]))
 
 
 class _SourceIdentityAction(SCons.Action.ActionBase):
@@ -225,24 +227,23 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
         return ()
 
 
+# The phase builders have no emitter: object_emitter hands their nodes to clean_with_leftovers itself.
 _HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
                                                                      *phase_action("HOST").list]),
-                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True,
-                                      emitter=CLEAN_LEFTOVERS)
+                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
 
 
-_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
-                                        emitter=CLEAN_LEFTOVERS)
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
 
 
-_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True, emitter=CLEAN_LEFTOVERS)
+_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
 
 
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
     REMOVE_STALE,
     SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR", varlist=["_OFFLOAD_PACKAGE_TARGETS"]),
     COMMIT,
-]), emitter=CLEAN_LEFTOVERS)
+]))
 
 
 def object_emitter(target, source, env):
@@ -271,14 +272,16 @@ def object_emitter(target, source, env):
         raise SCons.Errors.UserError(f"{src}: {error}") from None
 
     overrides = command_dependency_overrides(env)
-    host_bc = _HOST_BUILDER(env, [directory.File(node_name(Phase.HOST, OPENMP, stem=stem))], [src], **overrides)
+    # The same overrides for every source (a target's device compiles): one environment, made once.
+    host_bc = _HOST_BUILDER(override_environment(env, overrides),
+                            [directory.File(node_name(Phase.HOST, OPENMP, stem=stem))], [src])
     depend_on_program(env, host_bc, overrides, host.frontend)
     images, compiled = [], []
     for tid, steps in plans.items():
         compiled_name = node_name(Phase.DEVICE, OPENMP, stem=stem, target=tid.file_token,
                                   suffix=steps.compile_suffix)
-        device = _DEVICE_BUILDER(env, [directory.File(compiled_name)], [src] + host_bc,
-                                 OFFLOAD_TARGET=str(tid), **overrides)
+        device = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid), **overrides}),
+                                 [directory.File(compiled_name)], [src] + host_bc)
         depend_on_program(env, device, overrides, steps.compile)
         depend_on_device_libraries(env, device, steps.compile)
         compiled.extend(device)
@@ -292,6 +295,7 @@ def object_emitter(target, source, env):
     package = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, OPENMP, stem=stem))], images,
                                _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
                                _OFFLOAD_ORIGINAL_SOURCE=src)
+    clean_with_leftovers(env, [*host_bc, *compiled, *package])
     for node in [*host_bc, *package, *compiled]:
         node.attributes.offload_object = obj
     mark_model([obj, *host_bc, *package, *compiled], OPENMP)
