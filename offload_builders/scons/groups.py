@@ -180,19 +180,33 @@ def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, no
     return defined
 
 
+def offload_group_wrap(target, source, env) -> int:
+    """``$OFFLOAD_WRAPCOM`` of a program with image groups: the registration object of its groups (sources: the
+    group-link nodes' image files, their heap files, the plan)."""
+    try:
+        data = group_registration(target, source, env)
+    except OffloadError as error:
+        raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
+    with open(partial_path(env, target[0]), "wb") as f:
+        f.write(data)
+    return 0
+
+
 #: What the group links read besides their files: as the device link's command.
 GROUPLINK_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAGS", "_OFFLOAD_TARGET_LINKFLAGS",
                      "_LIBDIRFLAGS", "_LIBFLAGS")
 GROUPS_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS")
 GROUPS_IN_PROCESS = in_process_action(offload_groups, "GROUPS", GROUPS_VARLIST)
 GROUPLINK_IN_PROCESS = in_process_action(offload_group_link, "GROUPLINK", GROUPLINK_VARLIST)
+GROUP_WRAP_IN_PROCESS = in_process_action(offload_group_wrap, "WRAP",
+                                          ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUP_PLAN"))
 _GROUPS_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPS", varlist=GROUPS_VARLIST),
                                         emitter=CLEAN_LEFTOVERS)
 _GROUPLINK_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPLINK", varlist=GROUPLINK_VARLIST),
                                            emitter=clean_leftovers([".inputs", CACHE_SUFFIX]))
 
 
-def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_builder) -> list:
+def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_builder, **wrap_overrides) -> list:
     """The link side of a program with image groups: per target an extract node, one plan node, per target a
     group-link node, one wrap node (which the program depends on and records). Returns the group-link nodes,
     in the order of ``targets``."""
@@ -218,7 +232,7 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
         heaps.append(image[1])
     wrapper_name = node_name(Phase.WRAP, OPENMP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
     wrapper = wrap_builder(env, [directory.File(wrapper_name)], images + heaps + [plan[0]],
-                           _OFFLOAD_WRAP_TARGETS=labels, _OFFLOAD_GROUP_PLAN=str(plan[0]))
+                           _OFFLOAD_WRAP_TARGETS=labels, _OFFLOAD_GROUP_PLAN=str(plan[0]), **wrap_overrides)
     program.attributes.offload_wrapper = wrapper[0]
     env.Depends(program, wrapper)
     return images
@@ -275,5 +289,5 @@ def group_registration(target, source, env) -> bytes:
     return registration.wrap_openmp_groups(groups, llvm_version=toolchain_for(env).major)
 
 
-__all__ = ["GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS", "group_registration", "offload_group_link",
-           "offload_groups", "program_group_nodes"]
+__all__ = ["GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS", "GROUP_WRAP_IN_PROCESS", "group_registration",
+           "offload_group_link", "offload_group_wrap", "offload_groups", "program_group_nodes"]

@@ -125,13 +125,9 @@ def offload_wrap(target, source, env) -> int:
                                    _group_kinds(node, toolchain.major, model))
               for node, tid_text in zip(source, env["_OFFLOAD_WRAP_TARGETS"])]
     output = partial_path(env, target[0])
-    data: bytes | None
     try:
-        if env.get("_OFFLOAD_GROUP_PLAN"):
-            data = groups.group_registration(target, source, env)
-        else:
-            data = wrapping.registration_object(images, toolchain, output, empty_kind=model,
-                                                hip_compression=hip.link_compression(target, source, env))
+        data = wrapping.registration_object(images, toolchain, output, empty_kind=model,
+                                            hip_compression=hip.link_compression(target, source, env))
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
     assert data is not None  # an empty kind always gives an object
@@ -274,7 +270,11 @@ def program_emitter(target, source, env):
     openmp.check_deploy_devices(env)
     inputs = list(source) + static_libraries(env) + [openmp.device_runtime(env)]
     if env.get("OFFLOAD_IMAGE_GROUPS"):
-        images = groups.program_group_nodes(env, program, inputs, targets, _WRAP_BUILDER)
+        # The wrap registers the groups (unless $OFFLOAD_WRAPCOM is the user's own); the default offload_wrap
+        # stays as it was, so trees built without groups keep their signatures.
+        default = env.get("OFFLOAD_WRAPCOM") is WRAP_IN_PROCESS
+        wrap = {"OFFLOAD_WRAPCOM": groups.GROUP_WRAP_IN_PROCESS} if default else {}
+        images = groups.program_group_nodes(env, program, inputs, targets, _WRAP_BUILDER, **wrap)
         _runtime_nodes(env, program, inputs, targets, images)
         program.attributes.offload_images = []  # each group's link checks its entries
         return target, source
