@@ -304,6 +304,21 @@ def new_module(host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
     return _new_module(host_triple)
 
 
+def _openmp_module_types(host_triple: str, layout: int) -> tuple[ir.Module, ir.IdentifiedStructType,
+                                                                  ir.IdentifiedStructType, ir.IdentifiedStructType,
+                                                                  _Global, _Global]:
+    """A new module with OpenMP's registration types (entry, ``__tgt_device_image``, ``__tgt_bin_desc``) and the
+    entry table's bounds, made in LLVM's order."""
+    module = _new_module(host_triple)
+    entry = _entry_type(module, layout)
+    device_image = module.context.get_identified_type("__tgt_device_image")
+    device_image.set_body(_PTR, _PTR, _PTR, _PTR)
+    bin_desc = module.context.get_identified_type("__tgt_bin_desc")
+    bin_desc.set_body(_I32, _PTR, _PTR, _PTR)
+    begin, end = _entry_array(module, entry, _entry_section(OPENMP, layout), layout)
+    return module, entry, device_image, bin_desc, begin, end
+
+
 def openmp_module(images: Sequence[bytes], *, llvm_version: int = 19,
                   host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
     """``wrapOpenMPBinaries``: register ``images`` (one OffloadBinary each, in this order) with libomptarget.
@@ -318,13 +333,7 @@ def openmp_module(images: Sequence[bytes], *, llvm_version: int = 19,
     buffers = [_as_bytes(image, f"image {i}") for i, image in enumerate(images)]
     ranges = [_image_range(image, i, llvm_version) for i, image in enumerate(buffers)]
 
-    module = _new_module(host_triple)
-    entry = _entry_type(module, layout)
-    device_image = module.context.get_identified_type("__tgt_device_image")
-    device_image.set_body(_PTR, _PTR, _PTR, _PTR)
-    bin_desc = module.context.get_identified_type("__tgt_bin_desc")
-    bin_desc.set_body(_I32, _PTR, _PTR, _PTR)
-    begin, end = _entry_array(module, entry, _entry_section(OPENMP, layout), layout)
+    module, entry, device_image, bin_desc, begin, end = _openmp_module_types(host_triple, layout)
 
     inits = []
     for i, (data, (start, stop)) in enumerate(zip(buffers, ranges)):
@@ -574,13 +583,7 @@ def openmp_group_module(groups: Sequence[ImageGroup], *, llvm_version: int = 19,
     # strcmp compares unsigned bytes, as Python orders bytes.
     table = sorted((name, g) for g, group in enumerate(names) for name in set(group))
 
-    module = _new_module(host_triple)
-    entry = _entry_type(module, layout)
-    device_image = module.context.get_identified_type("__tgt_device_image")
-    device_image.set_body(_PTR, _PTR, _PTR, _PTR)
-    bin_desc = module.context.get_identified_type("__tgt_bin_desc")
-    bin_desc.set_body(_I32, _PTR, _PTR, _PTR)
-    begin, end = _entry_array(module, entry, _entry_section(OPENMP, layout), layout)
+    module, entry, device_image, bin_desc, begin, end = _openmp_module_types(host_triple, layout)
 
     descs = []
     for g, (group, group_ranges) in enumerate(zip(buffers, ranges)):
