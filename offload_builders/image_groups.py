@@ -34,12 +34,12 @@ from offload_builders.linking import (
     registered_entries,
 )
 
-#: Names every device unit defines or the runtime owns: per-unit configuration copies (``__omp_rtl_*``,
-#: ``__oclc_*``), the runtime's entry points and helpers that Clang inlines into units (``__kmpc_*``,
-#: ``__cuda_sm*``, ``__openmp_nvptx_*``, ``__llvm_*``). They never tie two groups together.
-RUNTIME_PREFIXES = ("__omp_rtl_", "__oclc_", "__kmpc_", "__cuda_sm", "__openmp_nvptx_", "__llvm_", "omp_")
+#: What Clang emits into every device unit, each unit its own copy: the runtime's configuration
+#: (``__omp_rtl_*``, ``__oclc_*``) and the reductions' scratch buffer. They never tie two groups together.
+PER_UNIT_PREFIXES = ("__omp_rtl_", "__oclc_")
+PER_UNIT_NAMES = frozenset({"__openmp_nvptx_data_transfer_temporary_storage"})
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: runtime names tie groups only where a user defines them strongly
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=20).hexdigest()
 
 
-def _excluded(name: str) -> bool:
-    return name.startswith(RUNTIME_PREFIXES)
+def _per_unit(name: str) -> bool:
+    return name.startswith(PER_UNIT_PREFIXES) or name in PER_UNIT_NAMES
 
 
 class _Components:
@@ -100,6 +100,12 @@ def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtim
     runtime = os.path.realpath(runtime_archive)
     library_images = {_digest(found.read_image()) for found in scanned.archive_members
                       if os.path.realpath(found.origin.file) != runtime}
+    # What the device runtime defines (every member: the names are the same for every target). NVPTX units
+    # carry weak copies of the runtime functions Clang inlined; those tie nothing together, but a user's
+    # strong definition (its own malloc over the runtime's weak one) does.
+    runtime_defined = {symbol.name for found in scanned.archive_members
+                       if os.path.realpath(found.origin.file) == runtime
+                       for symbol in device_symbols(found.read_image(), found.describe()) if not symbol.undefined}
 
     components = _Components(len(objects))
     has_code = [False] * len(objects)
@@ -130,13 +136,15 @@ def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtim
             else:
                 has_code[who] = True
                 user_symbols.append((who, symbols))
+        provided = runtime_defined | shared_defined
         for who, symbols in user_symbols:
             for symbol in symbols:
-                if _excluded(symbol.name) or symbol.name in shared_defined:
+                if _per_unit(symbol.name):
                     continue
                 named.setdefault(symbol.name, set()).add(who)
-                if not symbol.undefined:
-                    defined.setdefault(symbol.name, set()).add(who)
+                if symbol.undefined or (symbol.name in provided and symbol.weak):
+                    continue  # the runtime's (or a copy of it): each group links its own
+                defined.setdefault(symbol.name, set()).add(who)
         file_owner[label] = owners
     for name, users in named.items():
         if name in defined:
@@ -158,10 +166,13 @@ def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtim
     roots: dict[int, list[int]] = {}
     for index in coded:
         roots.setdefault(components.find(index), []).append(index)
-    # A group that registers nothing cannot be reached from the host: it gets no image.
+    # A group that registers nothing cannot be reached from the host: it gets no image. One group made so
+    # by a static library is kept whatever its objects register: the library's objects register theirs.
     kept = [members for members in roots.values()
-            if any(name not in REQUIRES_ENTRY_NAMES for i in members for name in entries[i])]
-    kept.sort(key=lambda members: members[0])
+            if single or any(name not in REQUIRES_ENTRY_NAMES for i in members for name in entries[i])]
+    if single and not kept and any(owner is None for owners in file_owner.values() for owner in owners):
+        kept = [[]]  # every device file is a library's: one group of no object, which every file joins
+    kept.sort(key=lambda members: members[0] if members else -1)
     group_of = {index: number for number, members in enumerate(kept) for index in members}
     groups = tuple(ImageGroup(tuple(objects[i].path for i in members),
                               tuple(name for i in members for name in entries[i])) for members in kept)
@@ -262,5 +273,5 @@ def link_key(argv: Sequence[str], inputs: Sequence[str], output: str, programs: 
     return digest.hexdigest()
 
 
-__all__ = ["MEMORY_POOL", "GroupPlan", "ImageGroup", "RUNTIME_PREFIXES", "link_key", "plan_groups", "read_plan",
-           "referenced_symbols_and_strip", "write_plan"]
+__all__ = ["MEMORY_POOL", "PER_UNIT_NAMES", "PER_UNIT_PREFIXES", "PLAN_VERSION", "GroupPlan", "ImageGroup",
+           "link_key", "plan_groups", "read_plan", "referenced_symbols_and_strip", "write_plan"]

@@ -227,34 +227,6 @@ def test_a_hip_model_program_refuses_groups(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_two_groups_using_the_gpu_libc_rpc_client_stop_the_link(tmp_path):
-    """libomptarget 19 serves the RPC client (device printf, malloc) of one image per device: two groups whose
-    images define it would leave one waiting forever, so the group link refuses them."""
-    (tmp_path / "SConstruct").write_text(SCONSTRUCT)
-    for name in ("p", "q"):  # each defines the client, as the GPU libc linked into each group's image would
-        (tmp_path / f"{name}.cpp").write_text(textwrap.dedent(f"""
-            #ifdef __AMDGCN__  // device code only: the host registers no entry for it
-            #pragma omp declare target
-            extern "C" __attribute__((weak, used, visibility("default"))) void *__llvm_libc_rpc_client = nullptr;
-            #pragma omp end declare target
-            #endif
-            int run_{name}() {{
-              int r = 0;
-            #pragma omp target map(tofrom : r)
-              r = 1;
-              return r;
-            }}
-        """))
-    (tmp_path / "main.cpp").write_text("int run_p(); int run_q();\nint main() { return run_p() + run_q() - 2; }\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    done = subprocess.run([SCONS, "-Q", "archs=gfx90a", "sources=p.cpp q.cpp main.cpp"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "2 image groups of gfx90a use the GPU libc's RPC client" in done.stderr, done.stderr
-    assert not (tmp_path / "prog.gfx90a.groups").exists() and not (tmp_path / "prog").exists()
-    assert _scons(tmp_path, "archs=gfx90a", "groups=0", "sources=p.cpp q.cpp main.cpp")
-
-
 DYNAMIC = """
     void run_{name}(double *x, int n) {{
     #pragma omp target teams distribute parallel for schedule(dynamic) map(tofrom : x[0 : n])
@@ -268,6 +240,29 @@ PLAIN = """
     }}
 """
 
+
+def test_two_groups_using_the_gpu_libc_rpc_client_stop_the_link(tmp_path):
+    """libomptarget 19 serves the RPC client (device printf, malloc) of one image per device: two groups whose
+    images define it would leave one waiting forever, so the group link refuses them. The client comes from a
+    device library on the link line, as the GPU libc's would, so every group's image gets it."""
+    sources = _heap_project(tmp_path, {"p": PLAIN, "q": PLAIN})
+    (tmp_path / "SConstruct").write_text(SCONSTRUCT.replace(
+        "sources = ", "env.Append(OFFLOAD_DEVICE_LINKFLAGS=ARGUMENTS.get('lib', '').split())\nsources = "))
+    (tmp_path / "rpc.cpp").write_text(textwrap.dedent("""
+        #pragma omp declare target
+        extern "C" __attribute__((used, visibility("default"))) void *__llvm_libc_rpc_client = nullptr;
+        #pragma omp end declare target
+    """))
+    subprocess.run(["/usr/lib/llvm-19/bin/clang++", "-fopenmp", "--offload-arch=gfx90a", "--offload-device-only",
+                    "-nogpulib", "-O2", "-c", "-emit-llvm", "rpc.cpp", "-o", "rpc.bc"], cwd=tmp_path, check=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([SCONS, "-Q", "archs=gfx90a", sources, f"lib=-Wl,{tmp_path / 'rpc.bc'}"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "2 image groups of gfx90a use the GPU libc's RPC client" in done.stderr, done.stderr
+    assert not (tmp_path / "prog.gfx90a.groups").exists() and not (tmp_path / "prog").exists()
+    assert _scons(tmp_path, "archs=gfx90a", "groups=0", sources, f"lib=-Wl,{tmp_path / 'rpc.bc'}")
+    assert _scons(tmp_path, "archs=gfx90a", "groups=1", sources)  # without the client: two groups, linked
 
 def _heap_project(root: Path, kinds: dict[str, str]) -> str:
     (root / "SConstruct").write_text(SCONSTRUCT)
@@ -349,3 +344,96 @@ def test_a_stripped_group_image_loads_the_bytes_of_a_plain_link(tmp_path):
 
     assert loaded(image) == loaded(plain)
     assert loaded(image)[2] == [".rela.dyn"]
+
+
+def _project(root: Path, files: dict[str, str]) -> None:
+    (root / "SConstruct").write_text(SCONSTRUCT)
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+
+
+def test_a_program_without_target_regions_builds_with_groups(tmp_path):
+    """No object registers an entry: no group, and the wrap registers OpenMP's empty descriptor, as without groups."""
+    _project(tmp_path, {"main.cpp": "#include <cstdio>\nint main() { std::puts(\"plain\"); }\n"})
+    _scons(tmp_path, "sources=main.cpp")
+    assert json.loads((tmp_path / "prog.offload.groups").read_text())["groups"] == []
+    assert _run(tmp_path).stdout.strip() == "plain"
+
+
+def test_every_target_region_in_a_static_library(tmp_path):
+    """The only entries are a library's: its one group keeps the library's device code and entries."""
+    _write(tmp_path)
+    (tmp_path / "main.cpp").write_text("#include <cstdio>\nint run_c(int);\n"
+                                       "int main() { std::printf(\"c=%d\\n\", run_c(2)); }\n")
+    (tmp_path / "SConstruct").write_text(SCONSTRUCT.replace(
+        'env.OffloadProgram("prog", [env.OffloadObject(source) for source in sources])',
+        'env.OffloadProgram("prog", [env.OffloadObject("main.cpp")], LIBS=[env.OffloadStaticLibrary("c", ["c.cpp"])])'))
+    _scons(tmp_path)
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["main.o"]]
+    assert _run(tmp_path).stdout.strip() == "c=42"
+
+
+def test_a_user_function_named_like_the_runtime_ties_its_callers(tmp_path):
+    """Only what the runtime defines (or Clang copies into every unit) ties nothing: a user's `omp_`-named
+    device function called from another source keeps both in one group."""
+    _project(tmp_path, {
+        "oa.cpp": """
+            #pragma omp declare target
+            extern "C" int omp_user_helper(int x) { return x * 7; }
+            #pragma omp end declare target
+            int run_oa(int n) { int r = 0;
+            #pragma omp target map(tofrom : r)
+              r = omp_user_helper(n);
+              return r; }
+        """,
+        "ob.cpp": """
+            #pragma omp declare target
+            extern "C" int omp_user_helper(int);
+            #pragma omp end declare target
+            int run_ob(int n) { int r = 0;
+            #pragma omp target map(tofrom : r)
+              r = omp_user_helper(n) + 1;
+              return r; }
+        """,
+        "main.cpp": """
+            #include <cstdio>
+            int run_oa(int); int run_ob(int);
+            int main() { std::printf("oa=%d ob=%d\\n", run_oa(2), run_ob(2)); }
+        """})
+    _scons(tmp_path, "sources=oa.cpp ob.cpp main.cpp")
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["oa.o", "ob.o"]]
+    assert _run(tmp_path).stdout.strip() == "oa=14 ob=15"
+
+
+def test_a_user_malloc_over_the_runtimes_weak_one_ties_its_callers(tmp_path):
+    """The AMDGPU runtime's malloc is weak so that a program may replace it; a source calling malloc must then
+    link with the source defining it, as in the one-image link (else it would get the runtime's heap)."""
+    _project(tmp_path, {
+        "ma.cpp": """
+            #include <cstddef>
+            #pragma omp declare target
+            static char arena[1 << 16]; static unsigned long used_bytes;
+            extern "C" void *malloc(size_t n) {
+              void *p = arena + used_bytes; used_bytes += (n + 15) & ~15ul; return p; }
+            extern "C" void free(void *) {}
+            #pragma omp end declare target
+            int run_ma() { int r = 0;
+            #pragma omp target map(tofrom : r)
+              { int *p = (int *)malloc(sizeof(int)); *p = 5; r = *p; }
+              return r; }
+        """,
+        "mb.cpp": """
+            #include <cstdlib>
+            int run_mb() { int r = 0;
+            #pragma omp target map(tofrom : r)
+              { int *p = (int *)malloc(sizeof(int)); *p = 7; r = *p; free(p); }
+              return r; }
+        """,
+        "main.cpp": "int run_ma(); int run_mb();\nint main() { return run_ma() + run_mb() - 12; }\n"})
+    _scons(tmp_path, "archs=gfx90a", "sources=ma.cpp mb.cpp main.cpp")
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["ma.o", "mb.o"]]
+    (image,) = (tmp_path / "prog.gfx90a.groups.cache").iterdir()
+    assert not image.name.endswith(".pool.img")  # the user's malloc, not the runtime's heap

@@ -85,6 +85,8 @@ def offload_group_link(target, source, env) -> int:
         if members is None:
             raise OffloadError(f"{source[1]}: no groups for {tid}; build again")
         binaries = linking.read_device_inputs(str(source[0]))
+        # what the link runs besides argv[0]: CUDA's tools behind clang-nvlink-wrapper
+        programs = [str(toolchain.cuda_tool(name)) for name in ("ptxas", "nvlink")] if tid.kind == "nvptx" else []
         os.makedirs(cache, exist_ok=True)
         used: set[str] = set()
         rpc_users: list[image_groups.ImageGroup] = []
@@ -103,7 +105,7 @@ def offload_group_link(target, source, env) -> int:
             argv = device_link_argv(env, tid, target, source, inputs, placeholder)
             if tid.kind == "amdgpu":  # which images use the device heap (see _check_memory_pools)
                 argv.append("--emit-relocs" if os.path.basename(argv[0]).startswith("ld.lld") else "-Wl,--emit-relocs")
-            stem = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, argv[:1]))
+            stem = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, [argv[0], *programs]))
             image = next((path for path in (stem + ".img", stem + POOL_SUFFIX) if os.path.exists(path)), "")
             if not image:
                 _run_link(env, tid, argv, placeholder, target[0], group)
@@ -154,8 +156,10 @@ def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, node, group
         if os.path.lexists(placeholder):
             os.unlink(placeholder)
         hint = device_libraries.missing_library_hint(messages, str(tid))
-        raise SCons.Errors.BuildError(node=node, errstr=hint or f"the device link of the group of "
-                                      f"{', '.join(group.objects)} failed (exit status {done.returncode})")
+        raise SCons.Errors.BuildError(node=node, errstr=hint or (
+            f"the device link of the image group of {', '.join(group.objects) or 'the static libraries'} failed "
+            f"(exit status {done.returncode}); if it links without groups, OFFLOAD_IMAGE_GROUPS=False links the "
+            "whole program in one image (and please report the program)"))
 
 
 #: The GPU libc's RPC client, which the plugin sets up per image but serves for one image per device (LLVM 19:
@@ -195,7 +199,9 @@ def offload_group_wrap(target, source, env) -> int:
 #: What the group links read besides their files: as the device link's command.
 GROUPLINK_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAGS", "_OFFLOAD_TARGET_LINKFLAGS",
                      "_LIBDIRFLAGS", "_LIBFLAGS")
-GROUPS_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS")
+#: The plan's signature: the targets, the compiler, and the grouping rules' version (image_groups.PLAN_VERSION:
+#: a change of the rules regroups trees built before).
+GROUPS_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUPS_VERSION")
 GROUPS_IN_PROCESS = in_process_action(offload_groups, "GROUPS", GROUPS_VARLIST)
 GROUPLINK_IN_PROCESS = in_process_action(offload_group_link, "GROUPLINK", GROUPLINK_VARLIST)
 GROUP_WRAP_IN_PROCESS = in_process_action(offload_group_wrap, "WRAP",
@@ -210,6 +216,11 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
     """The link side of a program with image groups: per target an extract node, one plan node, per target a
     group-link node, one wrap node (which the program depends on and records). Returns the group-link nodes,
     in the order of ``targets``."""
+    major = toolchain_for(env).major
+    if major != 19:
+        raise SCons.Errors.UserError(
+            f"{program}: OFFLOAD_IMAGE_GROUPS is checked against libomptarget 19's loader (its heap, RPC and entry "
+            f"tables), and this toolchain is LLVM {major}: leave it off for this program")
     stem, directory = program.name, program.dir
     labels = tuple(str(tid) for tid in targets)
     extracts = []
@@ -218,7 +229,8 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
         extracts.extend(EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, OPENMP, LINK, **names))],
                                         inputs, OFFLOAD_TARGET=str(tid)))
     plan = _GROUPS_BUILDER(env, [directory.File(node_name(Phase.GROUPS, OPENMP, LINK, program=stem))],
-                           extracts + list(inputs), _OFFLOAD_WRAP_TARGETS=labels)
+                           extracts + list(inputs), _OFFLOAD_WRAP_TARGETS=labels,
+                           _OFFLOAD_GROUPS_VERSION=image_groups.PLAN_VERSION)
     images, heaps = [], []
     for tid, extract in zip(targets, extracts):
         names = {"program": stem, "target": tid.file_token}
@@ -248,8 +260,11 @@ def _check_memory_pools(plan: image_groups.GroupPlan, heap_files: Sequence[str])
     registered last; two are not."""
     users: set[int] = set()
     for path in heap_files:
-        with open(path) as f:
-            users.update(int(line) for line in f.read().split())
+        try:
+            with open(path) as f:
+                users.update(int(line) for line in f.read().split())
+        except (OSError, ValueError) as error:
+            raise OffloadError(f"{path}: not a list of image groups ({error}); build again") from None
     if len(users) > 1:
         first, second = sorted(users)[:2]
         raise OffloadError(
@@ -268,6 +283,9 @@ def group_registration(target, source, env) -> bytes:
 
     labels = list(env["_OFFLOAD_WRAP_TARGETS"])
     plan = image_groups.read_plan(_plan_path(env))
+    major = toolchain_for(env).major
+    if not plan.groups:  # nothing registers an entry: OpenMP's empty descriptor, as without groups
+        return registration.wrap_kinds([(registration.OPENMP, [])], llvm_version=major)
     per_target = []
     for label, node in zip(labels, source):
         path = str(node)
@@ -286,7 +304,7 @@ def group_registration(target, source, env) -> bytes:
     heap = _check_memory_pools(plan, [str(node) for node in source[len(labels):2 * len(labels)]])
     if heap is not None:  # registered last, so its image is loaded last: see _check_memory_pools
         groups.append(groups.pop(heap))
-    return registration.wrap_openmp_groups(groups, llvm_version=toolchain_for(env).major)
+    return registration.wrap_openmp_groups(groups, llvm_version=major)
 
 
 __all__ = ["GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS", "GROUP_WRAP_IN_PROCESS", "group_registration",
