@@ -34,12 +34,13 @@ from offload_builders.linking import (
     registered_entries,
 )
 
-#: What Clang emits into every device unit, each unit its own copy: the runtime's configuration
-#: (``__omp_rtl_*``, ``__oclc_*``) and the reductions' scratch buffer. They never tie two groups together.
-PER_UNIT_PREFIXES = ("__omp_rtl_", "__oclc_")
+#: What every device unit gets a copy of: the runtime's configuration (``__omp_rtl_*``, ``__oclc_*``) and the
+#: reductions' scratch buffer, which Clang emits, and the ``shfl.sync`` helpers ptxas adds to each relocatable
+#: cubin (``__cuda_sm70_shflsync_down``...). They never tie two groups together.
+PER_UNIT_PREFIXES = ("__omp_rtl_", "__oclc_", "__cuda_sm")
 PER_UNIT_NAMES = frozenset({"__openmp_nvptx_data_transfer_temporary_storage"})
 
-PLAN_VERSION = 2  # 2: runtime names tie groups only where a user defines them strongly
+PLAN_VERSION = 3  # 2: runtime names tie only where a user defines them strongly; 3: ptxas helpers
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,14 @@ class _Components:
 
 
 def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtime_archive: str,
-                llvm_version: int) -> GroupPlan:
+                llvm_version: int, runtime_files: Sequence[str] = ()) -> GroupPlan:
     """Partition a program's link inputs into image groups (see the module's docstring).
 
     ``device_inputs`` maps each target's label to its device input file (the extract node's: every device
     file that target's link takes, in link order); ``runtime_archive`` is the OpenMP device runtime, whose
-    members every group links. Raises :class:`OffloadError` for device code of another offload kind."""
+    members every group links; ``runtime_files`` are the runtime bitcode Clang links into device units at
+    compile time (NVPTX's ``libomptarget-nvptx-<sm>.bc``), whose weak copies in the units tie nothing together.
+    Raises :class:`OffloadError` for device code of another offload kind."""
     objects = scanned.objects
     owner: dict[str, int] = {}  # image digest -> object index
     for index, obj in enumerate(objects):
@@ -106,6 +109,9 @@ def plan_groups(scanned: ScannedInputs, device_inputs: Mapping[str, str], runtim
     runtime_defined = {symbol.name for found in scanned.archive_members
                        if os.path.realpath(found.origin.file) == runtime
                        for symbol in device_symbols(found.read_image(), found.describe()) if not symbol.undefined}
+    for path in runtime_files:
+        with open(path, "rb") as f:
+            runtime_defined.update(symbol.name for symbol in device_symbols(f.read(), path) if not symbol.undefined)
 
     components = _Components(len(objects))
     has_code = [False] * len(objects)

@@ -437,3 +437,23 @@ def test_a_user_malloc_over_the_runtimes_weak_one_ties_its_callers(tmp_path):
     assert [group["objects"] for group in plan["groups"]] == [["ma.o", "mb.o"]]
     (image,) = (tmp_path / "prog.gfx90a.groups.cache").iterdir()
     assert not image.name.endswith(".pool.img")  # the user's malloc, not the runtime's heap
+
+
+REDUCTION = """
+    double run_{name}(double *x, int n) {{
+      double sum = 0;
+    #pragma omp target teams distribute parallel for reduction(+ : sum) map(tofrom : x[0 : n])
+      for (int i = 0; i < n; ++i) sum += x[i];
+      return sum;
+    }}
+"""
+
+
+def test_what_every_nvptx_unit_carries_ties_nothing(tmp_path):
+    """NVPTX cubins each carry weak copies of what ptxas adds (``__cuda_sm70_shflsync_down`` for a reduction's
+    shuffles) and Clang emits (the reduction buffer, the runtime's configuration): two independent sources
+    with reductions stay two groups."""
+    sources = _heap_project(tmp_path, {"p": REDUCTION, "q": REDUCTION})
+    _scons(tmp_path, "archs=sm_80,gfx90a", sources)
+    plan = json.loads((tmp_path / "prog.offload.groups").read_text())
+    assert [group["objects"] for group in plan["groups"]] == [["p.o"], ["q.o"]]

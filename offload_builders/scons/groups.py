@@ -60,10 +60,14 @@ def offload_groups(target, source, env) -> int:
     labels = list(env["_OFFLOAD_WRAP_TARGETS"])
     devins, inputs = source[:len(labels)], source[len(labels):]
     toolchain = toolchain_for(env)
+    # NVPTX units carry weak copies of the runtime bitcode the compile linked in (see device_libraries)
+    compiled_in = [path for label in labels if (tid := parse_target_id(label)).kind == "nvptx"
+                   and (path := toolchain.lib_dir / f"libomptarget-nvptx-{tid.processor}.bc").is_file()]
     try:
         plan = image_groups.plan_groups(scanned_inputs([str(node) for node in inputs]),
                                         {label: str(node) for label, node in zip(labels, devins)},
-                                        str(linking.device_runtime(toolchain)), toolchain.major)
+                                        str(linking.device_runtime(toolchain)), toolchain.major,
+                                        [str(path) for path in compiled_in])
         image_groups.write_plan(plan, partial_path(env, target[0]))
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
