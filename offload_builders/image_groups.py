@@ -8,14 +8,18 @@ several registered descriptors, each with its own images and host entries: what 
 separately built shared libraries registers. Here the link inputs are partitioned so that no device symbol
 crosses a group: objects whose device code shares a symbol (a ``declare target`` function or variable, a
 named ``critical``'s lock, an inline function's static variable) are in one group, as are objects registering
-the same entry. What each device file takes from the runtime (``__kmpc_*``) and the per-unit copies of its
-configuration (``__omp_rtl_*``) connect nothing: every group's image gets its own runtime, as a shared library's
-would. Device code from a static library (other than the OpenMP device runtime) puts the whole program in one
-group, since the library's members are linked where the link needs them.
+the same entry. What each device file takes from the runtime (``__kmpc_*``), the runtime's weak copies in NVPTX
+units, and the per-unit copies every unit carries (``__omp_rtl_*``, ptxas's ``__cuda_sm*``) connect nothing:
+every group's image gets its own runtime, as a shared library's would; a user's strong definition of a runtime
+name (its own ``malloc``) connects every unit naming it. Device code from a static library (other than the
+OpenMP device runtime) puts the whole program in one group, since the library's members are linked where the
+link needs them.
 
 What stays the same: each group's image is what the driver links from that group's files (the same job, with
 the runtime); the kernels and globals the host registers; the program's behaviour, as long as no state is
-shared through the device runtime between groups (each image has its own, as with shared libraries).
+shared through the device runtime between groups (each image has its own, as with shared libraries; the two
+per-device singletons of libomptarget 19's loader, the AMDGPU heap and the RPC server, are checked by
+:mod:`offload_builders.scons.groups`).
 """
 from __future__ import annotations
 
