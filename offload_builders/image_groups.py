@@ -264,16 +264,22 @@ def referenced_symbols_and_strip(image: str, objcopy: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def link_key(argv: Sequence[str], inputs: Sequence[str], output: str, programs: Sequence[str]) -> str:
+def file_digest(path: str) -> bytes:
+    """The content digest :func:`link_key` takes for an input file (read once per file, whatever the groups)."""
+    with open(path, "rb") as f:
+        return hashlib.blake2b(f.read(), digest_size=20).digest()
+
+
+def link_key(argv: Sequence[str], inputs: Sequence[tuple[str, bytes]], output: str, programs: Sequence[str]) -> str:
     """The cache key of one group's link: the command (its input and output paths as placeholders), the
-    inputs' contents and the programs it runs (path, size, modification time)."""
+    inputs' contents (``(path, file_digest(path))`` in link order) and the programs it runs (path, size,
+    modification time)."""
     digest = hashlib.blake2b(digest_size=20)
-    positions = {path: f"<input {index}>" for index, path in enumerate(inputs)}
+    positions = {path: f"<input {index}>" for index, (path, _) in enumerate(inputs)}
     for word in argv:
         digest.update((positions.get(word, "<output>" if word == output else word) + "\0").encode())
-    for path in inputs:
-        with open(path, "rb") as f:
-            digest.update(hashlib.blake2b(f.read(), digest_size=20).digest())
+    for _, content in inputs:
+        digest.update(content)
     for program in programs:
         try:
             status = os.stat(program)
@@ -284,4 +290,4 @@ def link_key(argv: Sequence[str], inputs: Sequence[str], output: str, programs: 
 
 
 __all__ = ["MEMORY_POOL", "PER_UNIT_NAMES", "PER_UNIT_PREFIXES", "PLAN_VERSION", "GroupPlan", "ImageGroup",
-           "link_key", "plan_groups", "read_plan", "referenced_symbols_and_strip", "write_plan"]
+           "file_digest", "link_key", "plan_groups", "read_plan", "referenced_symbols_and_strip", "write_plan"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pytest
 from offload_builders import linking, registration as reg
 from offload_builders.errors import OffloadBinaryFormatError, OffloadError
 from offload_builders.toolchain import find_toolchain
+from test_registration import run
 
 Tool = Callable[[str], Path]
 X86 = "x86_64-unknown-linux-gnu"
@@ -112,15 +112,6 @@ int __tgt_target_kernel(void *loc, int64_t device, int32_t teams, int32_t thread
   return 1;
 }
 """
-
-
-def run(cmd: Sequence[str | os.PathLike[str]], cwd: Path | None = None, env: dict[str, str] | None = None,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([os.fspath(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
-    if check and proc.returncode != 0:
-        pytest.fail(f"{shlex.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import stat
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,7 +93,7 @@ os.execv(%(fatbinary)r, ["fatbinary"] + args)
 '''
 
 
-def run(cmd: list[str | os.PathLike[str]], cwd: Path | None = None, env: dict[str, str] | None = None,
+def run(cmd: Sequence[str | os.PathLike[str]], cwd: Path | None = None, env: dict[str, str] | None = None,
         check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([os.fspath(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)

@@ -88,7 +88,9 @@ def offload_group_link(target, source, env) -> int:
         members = plan.members.get(str(tid))
         if members is None:
             raise OffloadError(f"{source[1]}: no groups for {tid}; build again")
-        binaries = linking.read_device_inputs(str(source[0]))
+        # every device file once (the runtime's goes to every group), and its digest for the cache keys
+        unpacked = linking.unpack_device_inputs(str(source[0]), scratch)
+        digests = [image_groups.file_digest(path) for path in unpacked]
         # what the link runs besides argv[0]: CUDA's tools behind clang-nvlink-wrapper
         programs = [str(toolchain.cuda_tool(name)) for name in ("ptxas", "nvlink")] if tid.kind == "nvptx" else []
         os.makedirs(cache, exist_ok=True)
@@ -97,19 +99,15 @@ def offload_group_link(target, source, env) -> int:
         pool_users: list[int] = []
         images: list[tuple[linking.GroupKey, str]] = []
         for number, (group, files) in enumerate(zip(plan.groups, members)):
-            directory = os.path.join(scratch, str(number))
-            os.makedirs(directory, exist_ok=True)
-            inputs = []
-            for index in files:
-                path = os.path.join(directory, f"{index:03d}.o")
-                with open(path, "wb") as f:
-                    binaries[index].copy_image(f, str(source[0]))
-                inputs.append(path)
+            if any(index >= len(unpacked) for index in files):
+                raise OffloadError(f"{source[1]} names device files that {source[0]} does not hold; build again")
+            inputs = [unpacked[index] for index in files]
             placeholder = os.path.join(cache, "link.partial")
             argv = device_link_argv(env, tid, target, source, inputs, placeholder)
             if tid.kind == "amdgpu":  # which images use the device heap (see _check_memory_pools)
                 argv.append("--emit-relocs" if os.path.basename(argv[0]).startswith("ld.lld") else "-Wl,--emit-relocs")
-            stem = os.path.join(cache, image_groups.link_key(argv, inputs, placeholder, [argv[0], *programs]))
+            keyed = [(unpacked[index], digests[index]) for index in files]
+            stem = os.path.join(cache, image_groups.link_key(argv, keyed, placeholder, [argv[0], *programs]))
             image = next((path for path in (stem + ".img", stem + POOL_SUFFIX) if os.path.exists(path)), "")
             if not image:
                 _run_link(env, tid, argv, placeholder, target[0], group)

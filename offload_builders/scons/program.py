@@ -269,18 +269,18 @@ def program_emitter(target, source, env):
     warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
     openmp.check_deploy_devices(env)
     inputs = list(source) + static_libraries(env) + [openmp.device_runtime(env)]
-    if env.get("OFFLOAD_IMAGE_GROUPS"):
+    grouped = bool(env.get("OFFLOAD_IMAGE_GROUPS"))
+    if grouped:
         # The wrap registers the groups (unless $OFFLOAD_WRAPCOM is the user's own); the default offload_wrap
         # stays as it was, so trees built without groups keep their signatures.
         default = env.get("OFFLOAD_WRAPCOM") is WRAP_IN_PROCESS
         wrap = {"OFFLOAD_WRAPCOM": groups.GROUP_WRAP_IN_PROCESS} if default else {}
         images = groups.program_group_nodes(env, program, inputs, targets, _WRAP_BUILDER, **wrap)
-        _runtime_nodes(env, program, inputs, targets, images)
-        program.attributes.offload_images = []  # each group's link checks its entries
-        return target, source
-    images = program_link_nodes(env, program, inputs, targets, OPENMP, _WRAP_BUILDER, probe=True)
+    else:
+        images = program_link_nodes(env, program, inputs, targets, OPENMP, _WRAP_BUILDER, probe=True)
     _runtime_nodes(env, program, inputs, targets, images)
-    program.attributes.offload_images = [(str(tid), image) for tid, image in zip(targets, images)]
+    # the host link's entry check reads whole images; each group's link checks its own entries
+    program.attributes.offload_images = [] if grouped else [(str(tid), image) for tid, image in zip(targets, images)]
     return target, source
 
 
