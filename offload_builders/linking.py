@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from offload_builders.driver import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.errors import OffloadError
@@ -215,9 +215,9 @@ def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:
 _UNDEFINED, _WEAK = 1 << 1, 1 << 2
 
 
-@dataclass(frozen=True)
-class DeviceSymbol:
-    """A global symbol of a device file, with the flags the extraction rule looks at."""
+class DeviceSymbol(NamedTuple):
+    """A global symbol of a device file, with the flags the extraction rule looks at (a tuple: a device
+    runtime member has some 500, and a frozen dataclass takes five times as long to make)."""
 
     name: str
     undefined: bool
@@ -259,14 +259,24 @@ def _elf_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
 
 def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
-    """Read by LLVM in a child process, and remembered per user by the bitcode's hash: every OpenMP link
-    reads the device runtime's bitcode members, whose symbols never change (a child and an LLVM parse
-    of each member cost every link ~40 ms per GPU target)."""
+    """The symbols ``clang-linker-wrapper`` looks at (``getSymbolsFromBitcode``): those of the file's own
+    symbol table (:mod:`offload_builders.formats.irsymtab`) that are global and not format-specific.
+
+    A file without one (of LLVM 4 or older, or of another table version) is read by LLVM in a child
+    process, and what it read remembered per user by the bitcode's hash."""
     import hashlib
 
     from offload_builders.formats.containers import bitcode_linker_symbols
+    from offload_builders.formats.irsymtab import SymbolFlag, Visibility, read_symbols
     from offload_builders.toolchain import user_cache
 
+    table = read_symbols(image, label)
+    if table is not None:
+        undefined, weak = SymbolFlag.UNDEFINED.value, SymbolFlag.WEAK.value
+        linked, skipped, hidden = SymbolFlag.GLOBAL.value, SymbolFlag.FORMAT_SPECIFIC.value, Visibility.HIDDEN.value
+        return [DeviceSymbol(symbol.name, bool(symbol.flags & undefined), bool(symbol.flags & weak),
+                             symbol.flags & 3 == hidden)
+                for symbol in table if symbol.flags & linked and not symbol.flags & skipped]
     cache = user_cache("device-symbols.json")
     key = "bitcode-symbols-v1:" + hashlib.blake2b(image, digest_size=20).hexdigest()
     if cache is not None and (known := cache.get(key)) is not None and all(len(entry) == 2 for entry in known):

@@ -169,15 +169,22 @@ def test_child_starts_once_per_process(lto: Path) -> None:
     assert containers._BitcodeChild._current is child and child.process.poll() is None
 
 
-def test_link_time_symbol_reading_survives_bitcode_that_aborts_llvm(lto: Path, damaged: dict[str, bytes]) -> None:
-    """The device-code selection reads bitcode symbols in the child too: a damaged archive member would
-    otherwise abort the SCons process (or offload-link) with LLVM's assertion instead of an error."""
+def test_link_time_symbol_reading_survives_bitcode_that_aborts_llvm(lto: Path, damaged: dict[str, bytes],
+                                                                    monkeypatch) -> None:
+    """The device-code selection reads a bitcode file's own symbol table, as clang-linker-wrapper does, so
+    damage inside the module does not reach it (the link reports it); bitcode without a table is read in
+    the child, where a damaged archive member would otherwise abort the SCons process (or offload-link)
+    with LLVM's assertion instead of an error."""
+    from offload_builders.formats import irsymtab
     from offload_builders.linking import device_symbols
 
     symbols = {s.name: s for s in device_symbols(lto.read_bytes(), "lto.o")}
     assert not symbols["main"].undefined and not symbols["shared_value"].undefined
     assert any(s.undefined for s in symbols.values())  # what main calls from elsewhere
     name = next(n for n in damaged if n.startswith("flipped"))
+    assert device_symbols(damaged[name], "lib.a(bad.o)") == list(symbols.values())  # the table is intact
+    monkeypatch.setattr(irsymtab, "read_symbols", lambda data, label="": None)  # as for a file without one
+    assert {s.name: s for s in device_symbols(lto.read_bytes(), "lto.o")} == symbols  # LLVM reads the same
     with pytest.raises(OffloadFormatError, match=r"LLVM crashed \(SIGABRT\)") as info:
         device_symbols(damaged[name], "lib.a(bad.o)")
     assert info.value.path == "lib.a(bad.o)"

@@ -247,28 +247,41 @@ def test_damaged_input_is_one_line_naming_the_file(objects, llvm19, tmp_path):
 SELECT_IN_CHILD = """
 import sys
 from offload_builders import linking
-from offload_builders.formats import containers
-work, runtime = sys.argv[1], sys.argv[2]
+from offload_builders.formats import containers, irsymtab
+work, runtime, table = sys.argv[1], sys.argv[2], sys.argv[3]
+if table == "without":  # as for bitcode with no symbol table of its own (LLVM 4, another table version)
+    irsymtab.read_symbols = lambda data, label="": None
 scanned = linking.scan_link_inputs([work + "/main.o", work + "/libkern.a", runtime])
 chosen = sorted(f.describe() for f in linking.select_device_files(scanned, ("nvptx64-nvidia-cuda", "sm_80")))
 print(containers._BitcodeChild._current is not None, *chosen)
 """
 
 
-def test_device_bitcode_symbols_are_remembered_across_links(objects, tmp_path):
-    """The device runtime's bitcode members are read by LLVM (in a child process) once per user, not once
-    per link: the second link selects the same files without starting the child."""
-    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "cache"))
+def _select(objects, env, table: str) -> list[str]:
     argv = [sys.executable, "-c", SELECT_IN_CHILD, str(objects / "gpu"),
-            "/usr/lib/llvm-19/lib/libomptarget.devicertl.a"]
-    first = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
-    second = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
+            "/usr/lib/llvm-19/lib/libomptarget.devicertl.a", table]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_device_bitcode_symbols_come_from_the_files_symbol_table(objects, tmp_path):
+    """The device runtime's bitcode members are read through their own symbol table, as clang-linker-wrapper
+    reads them: no LLVM child process, nothing cached, and the files LLVM's parse of each module selects."""
+    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "cache"))
+    with_table = _select(objects, env, "with")
+    assert with_table[0] == "False" and any("devicertl-nvptx-sm_80.o" in d for d in with_table[1:])
+    assert not (tmp_path / "cache" / "device-symbols.json").exists()
+    assert _select(objects, dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), "without")[1:] == with_table[1:]
+
+
+def test_device_bitcode_symbols_without_a_table_are_remembered_across_links(objects, tmp_path):
+    """Bitcode without a symbol table is read by LLVM (in a child process) once per user, not once per link:
+    the second link selects the same files without starting the child."""
+    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "cache"))
+    first, second = _select(objects, env, "without"), _select(objects, env, "without")
     assert first[0] == "True" and second[0] == "False"  # the child parsed bitcode only the first time
     assert first[1:] == second[1:] and any("devicertl-nvptx-sm_80.o" in d for d in first[1:])
     assert (tmp_path / "cache" / "device-symbols.json").is_file()
-    uncached = subprocess.run(argv, env=dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), capture_output=True, text=True,
-                              check=True).stdout.split()
-    assert uncached == first
+    assert _select(objects, dict(env, OFFLOAD_BUILDERS_CACHE_DIR=""), "without") == first
 
 
 def test_large_host_libraries_without_offload_code_are_searched_once(objects, tmp_path, monkeypatch):
