@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import LLVM19_BIN
 from offload_builders.errors import OffloadFormatError
@@ -129,3 +130,33 @@ def test_damage_is_one_error_naming_the_file(tmp_path):
 def test_bitcode_without_a_symbol_table_gives_none():
     """The bitcode magic and nothing else: no table, which LLVM would build from the module."""
     assert read_symbols(b"BC\xc0\xde") is None
+
+
+_RUNTIME_MEMBER: list[bytes] = []
+
+
+def _runtime_member() -> bytes:
+    """One real bitcode file (the first device runtime member), read once for the property test."""
+    if not _RUNTIME_MEMBER:
+        _RUNTIME_MEMBER.append(scan_link_inputs([str(RUNTIME)]).archive_members[0].read_image())
+    return _RUNTIME_MEMBER[0]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_damaged_bitcode_gives_symbols_none_or_one_error(data):
+    """Any byte changed or any length cut off: a list, None, or an OffloadFormatError naming the file,
+    never another exception. The changes hit the table's blocks (the last 25 KB) more often than the module."""
+    good = _runtime_member()
+    damaged = bytearray(good)
+    for _ in range(data.draw(st.integers(1, 4))):
+        tail = data.draw(st.booleans())
+        at = data.draw(st.integers(max(0, len(good) - 25_000) if tail else 0, len(good) - 1))
+        damaged[at] = data.draw(st.integers(0, 255))
+    cut = len(good) if data.draw(st.booleans()) else data.draw(st.integers(0, len(good)))
+    try:
+        result = read_symbols(bytes(damaged[:cut]), "damaged.bc")
+    except OffloadFormatError as error:
+        assert "damaged.bc" in str(error)
+    else:
+        assert result is None or all(isinstance(symbol, IRSymbol) for symbol in result)
