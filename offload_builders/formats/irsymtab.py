@@ -236,6 +236,8 @@ def read_symbols(data: bytes, label: str = "<bitcode>") -> list[IRSymbol] | None
         name_offset, name_size, _, _, _, flags = _SYMBOL.unpack_from(symtab, symbols_offset + index * _SYMBOL.size)
         if name_offset + name_size > len(strtab):
             raise OffloadFormatError("bitcode symbol name lies outside the string table", path=label)
+        if flags & 3 == 3:  # GlobalValue has three visibilities
+            raise OffloadFormatError(f"bitcode symbol {index} has an unknown visibility ({flags & 3})", path=label)
         symbols.append(IRSymbol(strtab[name_offset:name_offset + name_size].decode("utf-8", "surrogateescape"),
                                 flags))
     return symbols
