@@ -22,7 +22,9 @@ that copies the template's output of each command instead of running it (kernel_
 kernel_0's). ``$SPAWN`` is in no signature, so SCons records exactly the signatures a real build would,
 and the timed no-ops run with SCons' own ``$SPAWN`` over real files and real signatures. (Such a tree
 cannot be edited and relinked: its objects define the same symbols; the edit loop is measured on
-compiled points only.) It writes the table and a plot (``scale.txt``, ``scale.png``: needs matplotlib,
+compiled points only.) Each point also has an "SCons floor" row: the no-op of a trivial tree with as many
+nodes as ours built (each copies a seed file in-process), against the driver's no-op: what SCons itself
+costs for a graph of that size, which no code of ours can cut. It writes the table and a plot (``scale.txt``, ``scale.png``: needs matplotlib,
 ``pip install .[bench]``) to ``--output-dir``.
 
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1]
@@ -252,6 +254,56 @@ def generated_build(scratch: Path, roots: dict[str, Path], archs: list[str]) -> 
         scons(root, mode, archs, 2, f"template={template}")
 
 
+FLOOR_SCONSTRUCT = textwrap.dedent("""
+    # SCons' own no-op cost for a graph of N nodes: each copies a seed file with a Python function action
+    # (nothing to spawn), in an environment with the default tools, as the driver's side has.
+    import shutil
+
+    def copy(target, source, env):
+        shutil.copyfile(str(source[0]), str(target[0]))
+
+    env = Environment(tools=["default"])
+    action = Action(copy, "copy $TARGET")
+    for i in range(int(ARGUMENTS["nodes"])):
+        env.Command(f"out/n{i}.txt", "seed.txt", action)
+""")
+
+
+def built_nodes(root: Path) -> int:
+    """How many file nodes SCons built in ``root``: the ``.sconsign`` entries with an action (a built
+    target records its action's description; a source, a value or a program records none)."""
+    import pickle
+
+    import SCons.dblite
+    import SCons.SConsign  # noqa: F401  (the classes the entries unpickle to)
+
+    database = SCons.dblite.open(str(root / ".sconsign"), "r")
+    return sum(1 for directory in database.keys() for entry in pickle.loads(database[directory]).values()
+               if getattr(entry.binfo, "bact", None))
+
+
+def floor_tree(root: Path, nodes: int) -> None:
+    """A trivial SCons tree of ``nodes`` nodes, built once (see :data:`FLOOR_SCONSTRUCT`)."""
+    root.mkdir(parents=True)
+    (root / "seed.txt").write_text("seed\n")
+    (root / "SConstruct").write_text(FLOOR_SCONSTRUCT)
+    subprocess.run([SCONS, "-Q", "-j2", f"nodes={nodes}"], cwd=root, check=True, stdout=subprocess.DEVNULL,
+                   env=ENVIRON)
+
+
+def floor_noop(nodes: int, archs: list[str]) -> Callable[[str, Path], float]:
+    """The no-op of a floor tree (``ours``' side), or of the driver's tree (``mono``), at -j2."""
+    def run(mode: str, root: Path) -> float:
+        if mode == "mono":
+            return noop(archs, 2)(mode, root)
+        command = [SCONS, "-Q", "-j2", f"nodes={nodes}"]
+        subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)  # up to date
+        start = time.perf_counter()
+        subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)
+        return time.perf_counter() - start
+    return run
+
+
 def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bool) -> list[Row]:
     """The scale rows of one point (sources x targets): see the module's docstring."""
     archs = SCALE_TARGETS[:targets]
@@ -266,7 +318,13 @@ def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bo
     else:
         generated_build(scratch, roots, archs)
     rows.append(("no-op rebuild, -j2", best(roots, repeat, noop(archs, 2))))
-    for root in roots.values():
+    # What SCons alone costs for as many nodes as ours built: the part of our no-op no code of ours can cut.
+    nodes = built_nodes(roots["ours"])
+    floor = scratch / f"floor-{sources}x{targets}"
+    floor_tree(floor, nodes)
+    rows.append((f"SCons floor, {nodes} nodes, -j2", best({"ours": floor, "mono": roots["mono"]}, repeat,
+                                                            floor_noop(nodes, archs))))
+    for root in (*roots.values(), floor):
         shutil.rmtree(root)
     return rows
 

@@ -52,3 +52,25 @@ def test_a_generated_tree_is_up_to_date_with_real_files_and_signatures(tmp_path)
         # and the question is not vacuous: an edited source is out of date
         (root / "src" / "kernel_1.cpp").write_text(bench.source_text(1, device_edits=1))
         assert not _up_to_date(root, mode, ",".join(archs)), mode
+
+
+def test_the_floor_row_counts_the_nodes_scons_built_and_times_a_trivial_tree_of_as_many(tmp_path):
+    """``--scale``'s "SCons floor" row: as many trivial nodes as our tree has built nodes (counted from the
+    ``.sconsign``, checked here against the files the build wrote), in a tree that is then up to date."""
+    bench = _bench()
+    archs = ["gfx90a", "sm_80"]
+    roots = {mode: tmp_path / f"{mode}-3" for mode in ("ours", "mono")}
+    for root in roots.values():
+        bench.generate(root, 3)
+    bench.generated_build(tmp_path, roots, archs)
+    for root in roots.values():
+        written = [path for path in root.rglob("*") if path.is_file() and path.suffix != ".cpp"
+                   and path.name != "SConstruct" and not path.name.startswith(".sconsign")]
+        assert bench.built_nodes(root) == len(written) > 0, sorted(map(str, written))
+    nodes = bench.built_nodes(roots["ours"])
+    assert nodes > 5 * bench.built_nodes(roots["mono"])  # a node per phase and target, against one per source
+    floor = tmp_path / "floor"
+    bench.floor_tree(floor, nodes)
+    assert len(list((floor / "out").iterdir())) == nodes
+    assert subprocess.run([SCONS, "-q", f"nodes={nodes}"], cwd=floor).returncode == 0
+    assert bench.floor_noop(nodes, archs)("ours", floor) > 0
