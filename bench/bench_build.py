@@ -24,8 +24,8 @@ and the timed no-ops run with SCons' own ``$SPAWN`` over real files and real sig
 cannot be edited and relinked: its objects define the same symbols; the edit loop is measured on
 compiled points only.) Each point also has an "SCons floor" row: the no-op of a trivial tree with as many
 nodes as ours built (each copies a seed file in-process), against the driver's no-op: what SCons itself
-costs for a graph of that size, which no code of ours can cut. It writes the table and a plot (``scale.txt``, ``scale.png``: needs matplotlib,
-``pip install .[bench]``) to ``--output-dir``.
+costs for a graph of that size, which no code of ours can cut. It writes the table and a plot
+(``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[bench]``) to ``--output-dir``.
 
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1]
     .venv/bin/python bench/bench_build.py --scale [--points 8x4,64x4,256x8] [--no-op-only] [--output-dir DIR]
