@@ -30,13 +30,19 @@ def _up_to_date(root: Path, mode: str, archs: str) -> bool:
                           stdout=subprocess.DEVNULL).returncode == 0
 
 
-def test_a_generated_tree_is_up_to_date_with_real_files_and_signatures(tmp_path):
-    bench = _bench()
-    archs = ["gfx90a", "sm_80"]
+def _generated_trees(bench, tmp_path: Path, archs: list[str]) -> dict[str, Path]:
+    """Both sides' generated trees of 3 sources (see the bench's docstring), built."""
     roots = {mode: tmp_path / f"{mode}-3" for mode in ("ours", "mono")}
     for root in roots.values():
         bench.generate(root, 3)
     bench.generated_build(tmp_path, roots, archs)
+    return roots
+
+
+def test_a_generated_tree_is_up_to_date_with_real_files_and_signatures(tmp_path):
+    bench = _bench()
+    archs = ["gfx90a", "sm_80"]
+    roots = _generated_trees(bench, tmp_path, archs)
     for mode, root in roots.items():
         template = tmp_path / f"template-{mode}-{len(archs)}"
         assert _up_to_date(root, mode, ",".join(archs)), mode
@@ -59,10 +65,7 @@ def test_the_floor_row_counts_the_nodes_scons_built_and_times_a_trivial_tree_of_
     ``.sconsign``, checked here against the files the build wrote), in a tree that is then up to date."""
     bench = _bench()
     archs = ["gfx90a", "sm_80"]
-    roots = {mode: tmp_path / f"{mode}-3" for mode in ("ours", "mono")}
-    for root in roots.values():
-        bench.generate(root, 3)
-    bench.generated_build(tmp_path, roots, archs)
+    roots = _generated_trees(bench, tmp_path, archs)
     for root in roots.values():
         written = [path for path in root.rglob("*") if path.is_file() and path.suffix != ".cpp"
                    and path.name != "SConstruct" and not path.name.startswith(".sconsign")]

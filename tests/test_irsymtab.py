@@ -48,6 +48,15 @@ double run(double *x, int n) {
 """
 
 
+def _compile(tmp_path: Path, bin_dir: Path, flags: list[str]) -> Path:
+    """SOURCE compiled to bitcode at -O1 with ``flags``."""
+    (tmp_path / "x.cpp").write_text(SOURCE)
+    out = tmp_path / "x.bc"
+    subprocess.run([str(bin_dir / "clang++"), "-O1", "-c", "-emit-llvm", *flags, "x.cpp", "-o", str(out)],
+                   cwd=tmp_path, check=True, capture_output=True)
+    return out
+
+
 def _dump_symtab(path: Path, bin_dir: Path) -> list[str]:
     """``llvm-lto2 dump-symtab``'s symbol lines: visibility, then U C W I O T X (or -), a space, the name."""
     text = subprocess.run([str(bin_dir / "llvm-lto2"), "dump-symtab", str(path)], capture_output=True, text=True,
@@ -83,10 +92,7 @@ def test_every_device_runtime_member_reads_as_llvm_reads_it(tmp_path):
                                    ["-fopenmp", "--offload-arch=sm_80", "--offload-device-only", "-nogpulib"],
                                    ["-fPIC"]], ids=["amdgpu", "nvptx", "host"])
 def test_compiled_bitcode_reads_as_llvm_reads_it(tmp_path, bin_dir, flags):
-    (tmp_path / "x.cpp").write_text(SOURCE)
-    out = tmp_path / "x.bc"
-    subprocess.run([str(bin_dir / "clang++"), "-O1", "-c", "-emit-llvm", *flags, "x.cpp", "-o", str(out)],
-                   cwd=tmp_path, check=True, capture_output=True)
+    out = _compile(tmp_path, bin_dir, flags)
     ours = read_symbols(out.read_bytes(), str(out))
     assert ours is not None
     dumped = _dump_symtab(out, bin_dir)
@@ -102,22 +108,14 @@ def test_compiled_bitcode_reads_as_llvm_reads_it(tmp_path, bin_dir, flags):
 
 def test_bitcode_in_a_wrapper_header_reads_as_without(tmp_path):
     """The 20-byte wrapper header (0x0B17C0DE) some tools put in front of the bitcode."""
-    (tmp_path / "x.cpp").write_text(SOURCE)
-    plain = tmp_path / "x.bc"
-    subprocess.run([str(LLVM19_BIN / "clang++"), "-O1", "-c", "-emit-llvm", "-fPIC", "x.cpp", "-o", str(plain)],
-                   cwd=tmp_path, check=True)
-    data = plain.read_bytes()
+    data = _compile(tmp_path, LLVM19_BIN, ["-fPIC"]).read_bytes()
     wrapped = (0x0B17C0DE).to_bytes(4, "little") + (0).to_bytes(4, "little") + (20).to_bytes(4, "little") + \
         len(data).to_bytes(4, "little") + (7).to_bytes(4, "little") + data
     assert read_symbols(wrapped) == read_symbols(data) and read_symbols(data)
 
 
 def test_damage_is_one_error_naming_the_file(tmp_path):
-    (tmp_path / "x.cpp").write_text(SOURCE)
-    good = tmp_path / "x.bc"
-    subprocess.run([str(LLVM19_BIN / "clang++"), "-O1", "-c", "-emit-llvm", "-fPIC", "x.cpp", "-o", str(good)],
-                   cwd=tmp_path, check=True)
-    data = good.read_bytes()
+    data = _compile(tmp_path, LLVM19_BIN, ["-fPIC"]).read_bytes()
     with pytest.raises(OffloadFormatError, match="not LLVM bitcode") as caught:
         read_symbols(b"\x7fELF" + data[4:], "damaged.bc")
     assert "damaged.bc" in str(caught.value)
@@ -146,12 +144,12 @@ def _runtime_member() -> bytes:
 @given(st.data())
 def test_damaged_bitcode_gives_symbols_none_or_one_error(data):
     """Any byte changed or any length cut off: a list, None, or an OffloadFormatError naming the file,
-    never another exception. The changes hit the table's blocks (the last 25 KB) more often than the module."""
+    never another exception. The changes hit the table's blocks (the last 64 KB) more often than the module."""
     good = _runtime_member()
     damaged = bytearray(good)
     for _ in range(data.draw(st.integers(1, 4))):
         tail = data.draw(st.booleans())
-        at = data.draw(st.integers(max(0, len(good) - 25_000) if tail else 0, len(good) - 1))
+        at = data.draw(st.integers(max(0, len(good) - 64_000) if tail else 0, len(good) - 1))
         damaged[at] = data.draw(st.integers(0, 255))
     cut = len(good) if data.draw(st.booleans()) else data.draw(st.integers(0, len(good)))
     try:

@@ -143,7 +143,12 @@ def _blob(bits: _Bits, width: int) -> bytes | None:
                     if kind is None:
                         raise OffloadFormatError(f"bitcode abbreviation with unknown encoding {encoding}",
                                                  path=bits.label, offset=bits.base + bits.pos // 8)
-                    ops.append((kind, bits.vbr(5) if kind in ("fixed", "vbr") else 0))
+                    size = bits.vbr(5) if kind in ("fixed", "vbr") else 0
+                    if size > 32:  # LLVM's MaxChunkSize
+                        raise OffloadFormatError(f"bitcode abbreviation with a {size}-bit field", path=bits.label,
+                                                 offset=bits.base + bits.pos // 8)
+                    # a zero-width field is a literal zero, as LLVM reads it
+                    ops.append(("literal", 0) if kind in ("fixed", "vbr") and size == 0 else (kind, size))
             abbrevs.append(ops)
         elif code == 3:  # UNABBREV_RECORD
             bits.vbr(6)
@@ -174,9 +179,13 @@ def _blob(bits: _Bits, width: int) -> bytes | None:
                     bits.align32()
                 else:  # array: a count, then that many elements of the next operand's encoding
                     element, element_width = ops[index + 1] if index + 1 < len(ops) else ("", 0)
-                    for _ in range(bits.vbr(6)):
-                        values.append(bits.fixed(element_width) if element == "fixed" else
-                                      bits.vbr(element_width) if element == "vbr" else bits.fixed(6))
+                    if element not in ("fixed", "vbr", "char6", "literal"):
+                        raise OffloadFormatError("bitcode array abbreviation without an element encoding",
+                                                 path=bits.label, offset=bits.base + bits.pos // 8)
+                    count = bits.vbr(6)
+                    for _ in range(count if element != "literal" else 0):  # (literal elements take no bits)
+                        bits.fixed(element_width) if element == "fixed" else (
+                            bits.vbr(element_width) if element == "vbr" else bits.fixed(6))
                     index += 1
                 index += 1
             if values and values[0] == _BLOB_RECORD and blob is not None and found is None:
