@@ -5,6 +5,7 @@ exactly which nodes a build ran.
 """
 from __future__ import annotations
 
+import ast
 import collections
 import os
 import shutil
@@ -374,6 +375,59 @@ def test_device_compiles_are_scanned_for_headers(project):
     project.scons("archs=x86_64")
     tree = project.scons("--tree=prune", "build/scale.x86_64.dev.o").output
     assert "include/scale.hpp" in tree
+
+
+#: Run inside the SConstruct: count SCons' C scanner's reads of each file's includes, printed at exit.
+COUNT_SCANS = textwrap.dedent("""
+    import atexit, collections, SCons.Tool
+    scans = collections.Counter()
+    unwrapped_scan = SCons.Tool.CScanner.scan
+    def counting_scan(node, path=()):
+        scans[node.name] += 1
+        return unwrapped_scan(node, path)
+    SCons.Tool.CScanner.scan = counting_scan
+    atexit.register(lambda: print("scans", sorted(scans.items())))
+""")
+
+
+def test_the_phase_nodes_of_a_source_share_one_walk_through_its_includes(project, tmp_path):
+    """A source compiled for three targets has five nodes that SCons scans (host front end, three device
+    compiles, the object); SCons would walk its includes once per node's environment. The walk is made once
+    per source, in every build (the no-op included)."""
+    counter = tmp_path / "count_scans.py"
+    counter.write_text(COUNT_SCANS)
+    for build in (project.scons("archs=x86_64,sm_80,gfx90a", f"check_render={counter}"),
+                  project.scons("archs=x86_64,sm_80,gfx90a", f"check_render={counter}")):
+        scans = dict(ast.literal_eval(build.output.split("scans ", 1)[1].splitlines()[0]))
+        assert scans["scale.cpp"] == 1 and scans["scale.hpp"] == 1 and scans["main.hpp"] == 1, scans
+
+
+GENERATED_HEADER_SCONSCRIPT = textwrap.dedent("""
+    Import("env")
+    env = env.Clone()
+    env.Append(CPPPATH=["#generated"])
+    env.Command("#generated/generated.hpp", "#include/generated.hpp.in", Copy("$TARGET", "$SOURCE"))
+    env.OffloadProgram("prog", ["main.cpp", "scale.cpp"])
+""")
+
+
+def test_a_file_only_a_generated_header_includes_is_a_dependency_of_every_phase_node(project):
+    """The phase nodes of a source share one walk through its includes (SharedSourceScanner), but not through
+    a header some node builds: SCons walks that one once it is built. From the first build on, a file only
+    the generated header includes is a dependency of the host front end and of every device compile."""
+    root = project.root
+    (root / "src" / "SConscript").write_text(GENERATED_HEADER_SCONSCRIPT)
+    (root / "src" / "scale.cpp").write_text('#include "generated.hpp"\n' + SCALE_CPP)
+    (root / "include" / "generated.hpp.in").write_text('#include "deep.hpp"\n')
+    (root / "include" / "deep.hpp").write_text("#define DEEP_ONE 1\n")
+    project.scons("archs=x86_64,sm_80")
+    assert project.scons("archs=x86_64,sm_80").commands == []  # the walk after generating was recorded
+    (root / "include" / "deep.hpp").write_text("#define DEEP_ONE (2 - 1)\n")
+    rebuilt = project.scons("archs=x86_64,sm_80")
+    assert rebuilt.count("HOST") == 1 and rebuilt.count("DEVICE") == 2, rebuilt.output
+    assert all("scale" in target or phase in LINK_SIDE for phase, target in rebuilt.commands), rebuilt.commands
+    for node in ("build/scale.x86_64.dev.o", "build/scale.sm_80.dev.s", "build/scale.host.bc"):
+        assert "include/deep.hpp" in project.scons("archs=x86_64,sm_80", "--tree=prune", node).output, node
 
 
 def test_unsigned_flags_do_not_rebuild(project):

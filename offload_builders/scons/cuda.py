@@ -56,6 +56,7 @@ from offload_builders.hip_phases import is_rdc
 from offload_builders.phase_table import CUDA, Phase, node_name
 from offload_builders.scons import hip, openmp
 from offload_builders.scons.common import (
+    SHARED_SOURCE_SCANNER,
     Renderer,
     clean_with_leftovers,
     compile_flags,
@@ -173,7 +174,7 @@ def _cuid_value(template, env, source) -> dict[str, str]:
 
 
 # No emitter: object_emitter hands their nodes to clean_with_leftovers itself.
-_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER,
                                         single_source=True)
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
 _FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"))

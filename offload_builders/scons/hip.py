@@ -99,6 +99,7 @@ from offload_builders.scons import openmp
 from offload_builders.scons.common import (
     COMMIT,
     REMOVE_STALE,
+    SHARED_SOURCE_SCANNER,
     OffloadLinkWarning,
     Renderer,
     check_tools_for,
@@ -292,7 +293,7 @@ def _bundle_action() -> SCons.Action.ListAction:
 
 
 # No emitter: object_emitter hands their nodes to clean_with_leftovers itself.
-_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner,
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER,
                                         single_source=True)
 _DEVICELINK_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICELINK"), single_source=True)
 _BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())

@@ -20,7 +20,14 @@ from offload_builders import models
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.scons import cuda, hip, openmp
-from offload_builders.scons.common import CLEAN_LEFTOVERS, ModelRenderer, device_link_cmd, node_model, user_error
+from offload_builders.scons.common import (
+    CLEAN_LEFTOVERS,
+    SHARED_SOURCE_SCANNER,
+    ModelRenderer,
+    device_link_cmd,
+    node_model,
+    user_error,
+)
 
 #: Each built model's object emitter and the action of the object it makes.
 _EMITTERS = {OPENMP: openmp.object_emitter, HIP: hip.object_emitter, CUDA: cuda.object_emitter}
@@ -59,7 +66,7 @@ _EMITTER = SCons.Builder.ListEmitter([_model_emitter, CLEAN_LEFTOVERS])
 def object_builder():
     """``OffloadObject``: one builder for every model, its actions and emitters registered per suffix."""
     builder = SCons.Builder.Builder(action={}, emitter={}, suffix="$OBJSUFFIX",
-                                    source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
+                                    source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
     for suffix, model in models.SUFFIX_MODELS.items():
         builder.add_action(suffix, _ACTIONS[model])
         builder.add_emitter(suffix, _EMITTER)

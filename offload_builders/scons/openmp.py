@@ -36,6 +36,7 @@ from offload_builders.phases import (
 from offload_builders.scons.common import (
     COMMIT,
     REMOVE_STALE,
+    SHARED_SOURCE_SCANNER,
     Renderer,
     check_tools_for,
     clean_with_leftovers,
@@ -230,10 +231,10 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
 # The phase builders have no emitter: object_emitter hands their nodes to clean_with_leftovers itself.
 _HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
                                                                      *phase_action("HOST").list]),
-                                      source_scanner=SCons.Tool.SourceFileScanner, single_source=True)
+                                      source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 
 
-_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SCons.Tool.SourceFileScanner)
+_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER)
 
 
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
