@@ -620,7 +620,6 @@ class _WholeScan:
     def __init__(self, scanner) -> None:
         self.scanner = scanner
         self.name = getattr(scanner, "name", "scanner")
-        self._found: dict[tuple, list] = {}
 
     def path(self, env, dir=None, target=None, source=None):
         path = _ScanPath(self.scanner.path(env, dir, target, source))
@@ -629,14 +628,15 @@ class _WholeScan:
 
     def __call__(self, node, env, path=()):
         subject = _SCAN_SUBJECTS.get(id(env), env)
-        key = (id(node), id(subject), tuple(path))
-        found = self._found.get(key)
+        key = (id(self.scanner), id(subject), tuple(path))
+        # Kept where SCons keeps a file's includes (the node's memo, which SCons empties whenever the file
+        # may have changed: once it is built, and in --interactive before every build).
+        memo = node._memo.setdefault("offload_whole_scan", {})
+        found = memo.get(key)
         if found is None:
             dir, target, source = getattr(path, "context", (None, None, None))
-            found = _walk_includes(node, subject, self.scanner,
-                                   lambda scanner: scanner.path(subject, dir, target, source))
-            if not node.has_builder():  # a built source is scanned again once built, and so is its walk
-                self._found[key] = found
+            found = memo[key] = _walk_includes(node, subject, self.scanner,
+                                               lambda scanner: scanner.path(subject, dir, target, source))
         return found
 
     def recurse_nodes(self, nodes) -> list:
