@@ -17,17 +17,21 @@ writes again, because their names are random:
 
 Only names made from the node's own target match, so sweeping one node never touches another node's
 files or anything else in the directory. (``ptxas``, ``nvlink`` and ``clang-nvlink-wrapper`` write the
-partial output itself; their other temporaries go to ``$TMPDIR``, which is not the build's to sweep.
-GNU ``ar`` writes ``stXXXXXX`` in the archive's directory, a name no node can claim.)
+partial output itself; their other temporaries go to ``$TMPDIR``, which is not the build's to sweep:
+:func:`private_tmpdir` gives each command a ``$TMPDIR`` of its own, removed when it ends, because
+``clang-nvlink-wrapper`` leaves its ``.s`` and ``.cubin`` temporaries there when a link fails. GNU ``ar``
+writes ``stXXXXXX`` in the archive's directory, a name no node can claim.)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shutil
+import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TextIO
 
 
@@ -119,6 +123,21 @@ def remove_leftovers(paths: Iterable[str]) -> None:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+@contextlib.contextmanager
+def private_tmpdir(environ: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """``environ`` (default: this process's) with ``$TMPDIR`` set to a new directory inside the old one, which
+    is removed with whatever the command left in it once the block ends. A tool that fails keeps its
+    temporaries (``clang-nvlink-wrapper``: ``<name>.nvptx64-nvidia-cuda.sm_80-XXXXXX.s``, the ``.cubin``
+    ``ptxas`` made of it); a run of failed links would fill the user's ``/tmp`` with them."""
+    base = dict(os.environ if environ is None else environ)
+    parent = base.get("TMPDIR")
+    scratch = tempfile.mkdtemp(prefix="offload-tmp-", dir=parent if parent and os.path.isdir(parent) else None)
+    try:
+        yield {**base, "TMPDIR": scratch}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class UnrecordedOutputs:

@@ -42,6 +42,7 @@ from offload_builders.formats.offload_binary import (
     encode_offload_binary,
     kind_table,
 )
+from offload_builders.leftovers import private_tmpdir
 from offload_builders.toolchain import Toolchain
 
 #: An empty NVPTX module (``data/nvptx-no-devicertl.ll``, assembled by ``llvm-as``) to give the device compile as
@@ -232,7 +233,8 @@ def link_runtime(lto_job: Callable[[list[str], str], list[str]], toolchain: Tool
     lto = [*lto_job([stub, *runtime], assembly), "--lto-emit-asm"]
     commands = [lto, ptxas_command(lto, toolchain, assembly, cubin)]
     for argv in commands:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        with private_tmpdir() as environ:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False, env=environ)
         if done.returncode != 0:
             raise linking.LinkError(f"the {key[1]} device runtime's link failed: {' '.join(argv)}\n"
                                     f"{(done.stdout + done.stderr).strip()}")

@@ -201,12 +201,33 @@ def test_offload_link_names_the_library_a_failed_device_link_needs(tmp_path, tar
     clangxx = str(LLVM / "clang++")
     subprocess.run([clangxx, "-fopenmp", f"--offload-arch={target}", "-nogpulib", "-O2", "-c", "math.cpp"],
                    cwd=tmp_path, check=True)
+    scratch = tmp_path / "tmp"  # the link's $TMPDIR: a failed link leaves nothing there
+    scratch.mkdir()
     done = subprocess.run([clangxx, f"-B{shim}", "-fopenmp", f"--offload-arch={target}", "math.o", "-o", "math"],
-                          cwd=tmp_path, capture_output=True, text=True, check=False)
+                          cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env=dict(os.environ, TMPDIR=str(scratch)))
     assert done.returncode != 0
     (error,) = [line for line in done.stderr.splitlines() if line.startswith("offload-link: error:")]
     assert f"{target}: undefined device-library symbol {symbol}" in error and library in error
     assert "the compile flags" in error and "Traceback" not in done.stderr
+    assert sorted(os.listdir(scratch)) == []
+
+
+def test_a_failed_nvptx_device_link_leaves_no_temporaries_in_tmpdir(tmp_path):
+    """clang-nvlink-wrapper keeps its temporaries (``000-XXXXXX.cubin``, the LTO's ``.s``) in $TMPDIR when the
+    link fails: the SCons tool runs each device link with a $TMPDIR of its own (inside the one in
+    ``$ENV``), removed when the link ends. The whole-program NVPTX link (no runtime node) is the one that
+    runs the wrapper's LTO."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    root = _project(tmp_path / "project", f"""
+        env.Append(OFFLOAD_FLAGS=["-nogpulib"])
+        env["OFFLOAD_NVPTX_RUNTIME_NODE"] = False
+        env["ENV"]["TMPDIR"] = {str(scratch)!r}
+    """)
+    done = _scons(root, "archs=sm_80", check=False)
+    assert done.returncode != 0 and "scons: *** [math.sm_80.img]" in done.stderr, done.stdout + done.stderr
+    assert sorted(os.listdir(scratch)) == []
 
 
 # --------------------------------------------------------------------------------------------------

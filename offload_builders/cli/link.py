@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
 from offload_builders.cli.options import APPEND, FLAG_ANY, Option, Parser
+from offload_builders.leftovers import private_tmpdir
 
 if TYPE_CHECKING:
     from offload_builders.formats.compressed import CompressionOptions
@@ -255,7 +256,8 @@ def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
     """Run one command; a failed device link of ``target`` on a device-library symbol says which library."""
     if verbose:
         _print(argv)
-    done = subprocess.run(list(argv), stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+    with private_tmpdir() as environ:
+        done = subprocess.run(list(argv), stdout=sys.stdout, stderr=subprocess.PIPE, text=True, env=environ)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         from offload_builders.device_libraries import missing_library_hint

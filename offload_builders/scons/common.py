@@ -499,7 +499,8 @@ def _spawn_keeping_stderr(messages: list[str], shell: str, escape, command: str,
     if any(_SHELL_ACTIVE.search(arg) for arg in args):
         argv = [shell, "-c", " ".join(SCons.Subst.quote_spaces(arg) for arg in args)]
     try:
-        done = subprocess.run(argv, env=environ, stderr=subprocess.PIPE, close_fds=True, check=False)
+        with leftovers.private_tmpdir(environ) as private:
+            done = subprocess.run(argv, env=private, stderr=subprocess.PIPE, close_fds=True, check=False)
     except OSError as error:
         print(f"{args[0]}: {error.strerror}", file=sys.stderr)
         return 127 if error.errno == errno.ENOENT else 126

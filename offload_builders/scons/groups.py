@@ -25,7 +25,7 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Script
 
-from offload_builders import device_libraries, image_groups, linking
+from offload_builders import device_libraries, image_groups, leftovers, linking
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name
 from offload_builders.scons.common import (
@@ -149,8 +149,8 @@ def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, node, group
     """Run one group's device link to ``placeholder``; the caller moves it into the cache once complete."""
     if not SCons.Script.GetOption("silent"):
         print(" ".join(argv))
-    done = subprocess.run(argv, env={k: str(v) for k, v in env["ENV"].items()}, stderr=subprocess.PIPE,
-                          check=False)
+    with leftovers.private_tmpdir({k: str(v) for k, v in env["ENV"].items()}) as environ:
+        done = subprocess.run(argv, env=environ, stderr=subprocess.PIPE, check=False)
     messages = done.stderr.decode(errors="replace")
     if messages:
         print(messages, end="")
