@@ -11,8 +11,9 @@ writes again, because their names are random:
   the compile ends (Clang's ``CompilerInstance::createOutputFile``);
 * LLVM's ``FileOutputBuffer`` temporary, ``<partial>.tmpXXXXXXX`` (7 hex digits): ``ld.lld`` (device
   links, the host link) and ``clang-offload-packager`` write through it;
-* our own writers' temporaries (:mod:`offload_builders.formats`), ``.<partial>.<pid>.<n>.tmp``, and the
-  HIP fat binary's uncompressed bundle, ``<partial>.uncompressed`` (and its ``.<...>.<pid>.<n>.tmp``);
+* our own writers' temporaries (:mod:`offload_builders.formats`), ``.<partial>.<pid>.<n>.tmp``, the
+  HIP fat binary's uncompressed bundle, ``<partial>.uncompressed``, and an OpenMP object's package,
+  ``<partial>.package``, which its embed step reads (and their ``.<...>.<pid>.<n>.tmp``);
 * a scratch directory that a node declares, such as the device link's ``<target>.inputs/``.
 
 Only names made from the node's own target match, so sweeping one node never touches another node's
@@ -34,6 +35,12 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TextIO
 
+#: The suffix (after the partial output's name) of the package an OpenMP object's action writes and embeds.
+PACKAGE_SUFFIX = ".package"
+
+#: The suffixes of the files an object's own steps write beside its partial output.
+_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX)
+
 
 def llvm_extension(name: str) -> str:
     """``llvm::sys::path::extension``: from the last ``.`` of the file name on (``.x`` -> ``.x``; ``..`` -> ``''``)."""
@@ -51,9 +58,9 @@ def leftover_pattern(target_name: str, partial_suffix: str) -> re.Pattern[str]:
     stem = partial[:len(partial) - len(extension)]
     choices = [
         re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(extension) + r"\.tmp",  # clang -cc1
-        re.escape(partial) + r"\.tmp[0-9a-f]{7}",  # llvm::FileOutputBuffer (ld.lld, clang-offload-packager)
-        re.escape(partial) + r"\.uncompressed",  # the HIP fat binary before compression
-        r"\." + re.escape(partial) + r"(?:\.uncompressed)?\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs
+        re.escape(partial) + r"(?:\.package)?\.tmp[0-9a-f]{7}",  # llvm::FileOutputBuffer (ld.lld, the packager)
+        re.escape(partial) + r"\.(?:uncompressed|package)",  # the HIP fat binary before compression; a package
+        r"\." + re.escape(partial) + r"(?:\.uncompressed|\.package)?\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs
     ]
     if partial_suffix:
         choices.append(re.escape(partial))
@@ -87,7 +94,7 @@ class Leftovers:
                 except OSError:
                     names = []
                 candidates = self._candidates[directory] = {
-                    entry for entry in names if _RANDOM_PART.search(entry) or entry.endswith(".uncompressed")}
+                    entry for entry in names if _RANDOM_PART.search(entry) or entry.endswith(_SIDE_SUFFIXES)}
             if not candidates:
                 return []
             pattern = leftover_pattern(name, partial_suffix)

@@ -93,7 +93,8 @@ PHASES: tuple[PhaseRow, ...] = (
              "$_OFFLOAD_DEVICE_CC1"),
     PhaseRow(Phase.ASSEMBLE, (OPENMP,), "assemble", "{stem}.{target}.dev.cubin{suffix}", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_ASSEMBLE_CMD"),
-    PhaseRow(Phase.PACKAGE, (OPENMP,), "package", "{stem}.offload.pkg", Scope.SOURCE, _C, _ACT, "PACKAGE_IN_PROCESS"),
+    # The package is the embed's input alone: the object's node writes it, embeds it and removes it.
+    PhaseRow(Phase.PACKAGE, (OPENMP,), "package", "{stem}{obj}", Scope.SOURCE, _C, _ACT, "PACKAGE_IN_PROCESS"),
     PhaseRow(Phase.EMBED, (OPENMP,), "embed", "{stem}{obj}", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_EMBED_CC1"),
     # HIP, per source: device compile, device link to a code object (or RDC: package), fat binary, host compile.
     PhaseRow(Phase.DEVICE, (HIP,), "device compile", "{stem}.{target}.dev{suffix}", Scope.TARGET, _C, _CMD,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import LLVM19_BIN, REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -242,6 +242,23 @@ def checkout_of(commit: str, root: Path) -> dict[str, str]:
     root.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     return dict(os.environ, PYTHONPATH=str(root))
+
+
+#: The last commit whose OpenMP objects had a package node of their own (``<stem>.offload.pkg``).
+BEFORE_PACKAGE_IN_OBJECT = "b350455"
+
+
+def test_a_tree_built_with_package_nodes_embeds_again_and_links_nothing(project, tmp_path):
+    """The package became a step of the object's node: a tree built before reruns each object's package
+    and embed steps once (in the SCons process, and one ``-cc1`` a source), which give the same object, so
+    no compile and no link runs again; the old package files are no longer the build's."""
+    earlier = checkout_of(BEFORE_PACKAGE_IN_OBJECT, tmp_path / "earlier")
+    run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=earlier)
+    objects = {name: (project.root / "build" / name).read_bytes() for name in ("main.o", "scale.o")}
+    upgraded = run_scons(project.root, "archs=x86_64,sm_80,gfx90a")
+    assert upgraded.by_phase == {"PACKAGE": 2, "EMBED": 2}, upgraded.output
+    assert {name: (project.root / "build" / name).read_bytes() for name in objects} == objects
+    assert run_scons(project.root, "archs=x86_64,sm_80,gfx90a").commands == []
 
 
 def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19, cuda):
@@ -699,13 +716,34 @@ def test_a_program_that_is_not_deployable_leaves_no_partial_file(project):
     assert not list((project.root / "build").glob("*.partial")), list((project.root / "build").iterdir())
 
 
+def _embedded_packages(build: Path) -> dict[str, bytes]:
+    """Each object's ``.llvm.offloading`` section: the package its embed step read."""
+    packages = {}
+    for obj in sorted(build.glob("*.o")):
+        if obj.name.endswith((".dev.o", ".cubin.o", ".wrapper.o")):
+            continue
+        section = obj.with_suffix(".section")
+        subprocess.run([str(LLVM19_BIN / "llvm-objcopy"), f"--dump-section=.llvm.offloading={section}", str(obj),
+                        str(obj.with_suffix(".copy"))], check=True)
+        packages[obj.name] = section.read_bytes()
+        section.unlink()
+        obj.with_suffix(".copy").unlink()
+    return packages
+
+
 def test_in_process_package_is_byte_identical_to_clang_offload_packager(project):
+    """The object's package step, in the SCons process, against clang-offload-packager run on the same
+    ``--image=`` specs: the objects embed the same bytes. The package is the object node's own file,
+    removed once embedded."""
     project.scons("archs=x86_64,sm_80,gfx90a:xnack+")
-    ours = {p.name: p.read_bytes() for p in (project.root / "build").glob("*.offload.pkg")}
+    build = project.root / "build"
+    ours = _embedded_packages(build)
     rebuilt = project.scons("archs=x86_64,sm_80,gfx90a:xnack+", "package_tool=1")
-    assert rebuilt.count("PACKAGE") == 2 and rebuilt.count("DEVICE") == 0
-    theirs = {p.name: p.read_bytes() for p in (project.root / "build").glob("*.offload.pkg")}
-    assert len(ours) == 2 and ours == theirs
+    assert rebuilt.count("PACKAGE") == 2 and rebuilt.count("EMBED") == 2 and rebuilt.count("DEVICE") == 0
+    theirs = _embedded_packages(build)
+    assert sorted(ours) == ["main.o", "scale.o"] and ours == theirs
+    assert all(package[:4] == b"\x10\xff\x10\xad" for package in ours.values())
+    assert not [p.name for p in build.iterdir() if p.name.endswith((".package", ".offload.pkg"))]
 
 
 def test_target_link_flags_reach_only_that_targets_device_link(project):
@@ -757,7 +795,8 @@ def test_a_compiler_update_rebuilds_the_compile_nodes(project, private_clang):
     status = private_clang.stat()
     os.utime(private_clang, ns=(status.st_atime_ns, status.st_mtime_ns + 10**9))  # what a package update does
     rebuilt = project.scons("--debug=explain", env=env)
-    assert rebuilt.by_phase == {"HOST": 2, "DEVICE": 2, "EMBED": 2}, rebuilt.output
+    # the package step is part of the object's action (in the SCons process): it runs with the embed
+    assert rebuilt.by_phase == {"HOST": 2, "DEVICE": 2, "PACKAGE": 2, "EMBED": 2}, rebuilt.output
     assert f"{private_clang} size=" in rebuilt.output  # --debug=explain names the changed compiler
 
 

@@ -2,8 +2,9 @@
 (the default).
 
 ``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
-device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), a package
-(``<stem>.offload.pkg``), and makes the object itself the embed step; the renderers ask
+device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), and makes the object
+itself the package and embed steps (the package is the embed's input alone: a file of its own, written and
+read within the object's action, rather than a node of its own); the renderers ask
 :class:`offload_builders.phases.PhaseModel` for the driver's own jobs. Its link-side pieces (the device
 runtime, the host runtime, the link tools' checks) serve ``OffloadProgram``, which every model shares
 (:mod:`offload_builders.scons.program`).
@@ -23,6 +24,7 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
+from offload_builders.leftovers import PACKAGE_SUFFIX
 from offload_builders.phase_table import OPENMP, Phase, node_name
 from offload_builders.phases import (
     LANGUAGE_BY_SUFFIX,
@@ -34,7 +36,6 @@ from offload_builders.phases import (
     target_selection_flags,
 )
 from offload_builders.scons.common import (
-    COMMIT,
     REMOVE_STALE,
     SHARED_SOURCE_SCANNER,
     Renderer,
@@ -45,7 +46,6 @@ from offload_builders.scons.common import (
     depend_on_device_libraries,
     depend_on_program,
     deploy_devices,
-    in_process_action,
     mark_model,
     model_targets_for,
     override_environment,
@@ -162,14 +162,41 @@ def _assemble_cmd(target, source, env, for_signature):
     return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
 
 
+def _object_inputs(target) -> tuple[Any, tuple[tuple[str, Any], ...]]:
+    """What the object's emitter recorded: its host bitcode, and per target ID (as text) its device image."""
+    inputs = getattr(target[0].attributes, "offload_inputs", None) if target else None
+    if inputs is None:
+        raise SCons.Errors.UserError(f"{target[0] if target else 'a node'} was not made by OffloadObject")
+    return inputs
+
+
+def package_path(env, obj) -> str:
+    """Where the object's action writes its package for the embed step to read (and then removes): a name
+    made from the object's partial output, so a build killed in between leaves a file the next run of the
+    object sweeps (:func:`offload_builders.leftovers.leftover_pattern`)."""
+    return partial_path(env, obj) + PACKAGE_SUFFIX
+
+
 @Renderer
 def _package_cmd(target, source, env, for_signature):
-    original = env["_OFFLOAD_ORIGINAL_SOURCE"]
+    """The packager's command for the object ``target`` (its source is the original source)."""
     images = []
-    for node, tid_text in zip(source, env["_OFFLOAD_PACKAGE_TARGETS"]):
-        steps = _device_steps(env.Override({"OFFLOAD_TARGET": tid_text}), target, [original], for_signature)
+    for tid_text, node in _object_inputs(target)[1]:
+        steps = _device_steps(env.Override({"OFFLOAD_TARGET": tid_text}), target, source, for_signature)
         images.append((steps, str(node)))
-    return _model(env).package_command(images, partial_path(env, target[0]))
+    return _model(env).package_command(images, package_path(env, target[0]))
+
+
+class _InProcessPackage(SCons.Action.FunctionAction):
+    """The default ``$OFFLOAD_PACKAGECOM``: the package written in the SCons process, with the packager's
+    command (its ``--image=`` specs: which image of which target, and how the driver describes it) in the
+    object's signature, as the command would be."""
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        words = _package_cmd.words(target, source, env, True)
+        return super().get_presig(target, source, env, executor) + " ".join(words).encode()
 
 
 def _package_in_process(target, source, env) -> int:
@@ -183,20 +210,27 @@ def _package_in_process(target, source, env) -> int:
     for arg in command:
         if str(arg).startswith("--image="):
             images.extend(packager_images(str(arg)[len("--image="):], table))
-    write_offload_binaries(images, partial_path(env, target[0]))
+    write_offload_binaries(images, package_path(env, target[0]))
+    return 0
+
+
+def _remove_package(target, source, env) -> int:
+    """After the embed: the package is in the object now."""
+    try:
+        os.unlink(package_path(env, target[0]))
+    except FileNotFoundError:
+        pass
     return 0
 
 
 @Renderer
 def _embed_cc1(target, source, env, for_signature):
-    """The object's source is the original source; the emitter recorded its host bitcode and package."""
-    inputs = getattr(target[0].attributes, "offload_inputs", None)
-    if inputs is None:
-        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
-    host_bc, package = inputs
+    """The object's source is the original source; the emitter recorded its host bitcode, and the package
+    step before it wrote the package."""
+    host_bc = _object_inputs(target)[0]
     steps = _host_steps(env, target, source, for_signature)
-    return steps.embed.bind(host_bc=str(host_bc), main_file_name=source[0].name, package=str(package),
-                            output=partial_path(env, target[0]))
+    return steps.embed.bind(host_bc=str(host_bc), main_file_name=source[0].name,
+                            package=package_path(env, target[0]), output=partial_path(env, target[0]))
 
 
 class _SourceIdentityAction(SCons.Action.ActionBase):
@@ -240,13 +274,6 @@ _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_sc
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
 
 
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([
-    REMOVE_STALE,
-    SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR", varlist=["_OFFLOAD_PACKAGE_TARGETS"]),
-    COMMIT,
-]))
-
-
 def object_emitter(target, source, env):
     """Expand one fat object into host front end, per-target device nodes, package and embed."""
     if len(source) != 1:
@@ -277,7 +304,7 @@ def object_emitter(target, source, env):
     host_bc = _HOST_BUILDER(override_environment(env, overrides),
                             [directory.File(node_name(Phase.HOST, OPENMP, stem=stem))], [src])
     depend_on_program(env, host_bc, overrides, host.frontend)
-    images, compiled = [], []
+    images, compiled = [], []  # images: per target ID (as text), its device image
     for tid, steps in plans.items():
         compiled_name = node_name(Phase.DEVICE, OPENMP, stem=stem, target=tid.file_token,
                                   suffix=steps.compile_suffix)
@@ -292,16 +319,13 @@ def object_emitter(target, source, env):
                                        _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
             depend_on_program(env, device, overrides, steps.assemble)
             compiled.extend(device)
-        images.extend(device)
-    package = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, OPENMP, stem=stem))], images,
-                               _OFFLOAD_PACKAGE_TARGETS=tuple(str(tid) for tid in plans),
-                               _OFFLOAD_ORIGINAL_SOURCE=src)
-    clean_with_leftovers(env, [*host_bc, *compiled, *package])
-    for node in [*host_bc, *package, *compiled]:
+        images.append((str(tid), device[0]))
+    clean_with_leftovers(env, [*host_bc, *compiled])
+    for node in [*host_bc, *compiled]:
         node.attributes.offload_object = obj
-    mark_model([obj, *host_bc, *package, *compiled], OPENMP)
-    obj.attributes.offload_inputs = (host_bc[0], package[0])
-    env.Depends(obj, host_bc + package)
+    mark_model([obj, *host_bc, *compiled], OPENMP)
+    obj.attributes.offload_inputs = (host_bc[0], tuple(images))
+    env.Depends(obj, host_bc + [image for _, image in images])
     depend_on_program(env, [obj], overrides, host.embed)  # SCons' scan also finds clang, by contents
     return target, source
 
@@ -331,7 +355,8 @@ def runtime_arguments(target, source, env, for_signature) -> list[str]:
     return linking.host_runtime_arguments(toolchain_for(env))
 
 
-PACKAGE_IN_PROCESS = in_process_action(_package_in_process, "PACKAGE", ["_OFFLOAD_PACKAGE_TARGETS"])
+#: The default ``$OFFLOAD_PACKAGECOM`` (see :class:`_InProcessPackage`).
+PACKAGE_IN_PROCESS = _InProcessPackage(_package_in_process, {"cmdstr": "$OFFLOAD_PACKAGECOMSTR"})
 
 
 def check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
@@ -371,8 +396,14 @@ RENDERERS: dict[str, Renderer] = {
     "_OFFLOAD_PACKAGE_CMD": _package_cmd,
 }
 
-#: The action of an object this model makes from a source: the embed step.
-OBJECT_ACTION = phase_action("EMBED")
+#: The action of an object this model makes from a source: the package step, then the embed step, which
+#: reads the package and commits the object.
+OBJECT_ACTION = SCons.Action.ListAction([
+    REMOVE_STALE,
+    SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR"),
+    *phase_action("EMBED").list[1:],
+    SCons.Action.Action(_remove_package, None),
+])
 
 
 def generate(env) -> None:
