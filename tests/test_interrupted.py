@@ -32,7 +32,7 @@ SEED = int(os.environ.get("OFFLOAD_INTERRUPT_SEED", "12"))
 ROUNDS = 10
 ARCHS = "archs=x86_64,gfx90a,sm_80"
 #: What no finished build may leave anywhere in the project.
-LEFTOVER = re.compile(r"\.tmp|\.partial|\.uncompressed|\.inputs$")
+LEFTOVER = re.compile(r"\.tmp|\.partial|\.uncompressed|\.package$|\.inputs$")
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -140,9 +140,13 @@ PLANTED = (
     "prog.partial.tmp5d6e7f8",
     ".prog.x86_64.devin.partial.4242.1.tmp",  # our writer (formats' Outputs), killed mid-write
     "prog.x86_64.img.inputs/000.o",  # the device link's unpacked inputs
+    "main.o.partial.package",  # the object's package, written, not yet embedded
+    ".scale.o.partial.package.4242.2.tmp",  # our package writer, killed mid-write
+    "scale.o.partial.package.tmp9f8e7d6",  # clang-offload-packager ($_OFFLOAD_PACKAGE_CMD), killed mid-write
 )
 #: Names no node's command writes: they stay.
-KEPT = ("notes.txt", "other.o-0123abcd.partial.tmp", "main.x86_64.dev.o-notours.partial.tmp", "main.o.partial.bak")
+KEPT = ("notes.txt", "other.o-0123abcd.partial.tmp", "main.x86_64.dev.o-notours.partial.tmp", "main.o.partial.bak",
+        "other.o.partial.package")
 
 
 def _plant(build: Path, names: tuple[str, ...]) -> None:
