@@ -203,6 +203,47 @@ def _kill_when(project: Project, phase: str, *args: str) -> list[str]:
     return seen
 
 
+def _kill_when_retrieving(project: Project, prefix: str, *args: str) -> list[str]:
+    """Run ``scons`` and SIGKILL its process group as it starts to retrieve a node under ``prefix`` from the
+    CacheDir (SCons prints the line, then copies); the lines seen."""
+    proc = subprocess.Popen([SCONS, "-Q", *args], cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line.decode().strip())
+        if line.startswith(f"Retrieved `{prefix}".encode()):
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, seen
+    return seen
+
+
+def test_cache_retrievals_of_a_killed_build_are_not_taken_as_up_to_date_after_a_branch_switch(tmp_path):
+    """A CacheDir retrieval writes an output SCons records only when the build ends, as a command does. Built
+    for FACTOR 4.0 (recorded), switched back to 3.0 and killed after the objects were retrieved, switched to
+    4.0 again: without the journal, the retrieved 3.0 objects match the 4.0 record and are kept."""
+    project = Project(tmp_path / "proj")
+    cache = f"cache={tmp_path / 'cache'}"
+    header = project.root / "include" / "main.hpp"
+    original = header.read_text()
+    project.scons(cache)  # FACTOR 3.0, cached
+    header.write_text(original.replace("FACTOR 3.0", "FACTOR 4.0"))
+    project.scons(cache)  # FACTOR 4.0, cached and recorded
+    factor_4 = (project.root / "build" / "main.o").read_bytes()
+    header.write_text(original)  # back to 3.0: everything comes from the cache
+    seen = _kill_when_retrieving(project, "build/prog", cache)
+    assert any(line.startswith("Retrieved `build/main.o'") for line in seen), seen
+    assert (project.root / "build" / "main.o").read_bytes() != factor_4  # the 3.0 object, unrecorded
+    header.write_text(original.replace("FACTOR 3.0", "FACTOR 4.0"))
+    again = project.scons(cache)
+    assert (project.root / "build" / "main.o").read_bytes() == factor_4, again.output
+    run = project.run_program()
+    assert run.returncode == 0 and run.stdout == "on_device=1 sum=8064\n", run.stdout + run.stderr
+    assert not (project.root / ".sconsign.offload-unrecorded").exists()
+
+
 def test_outputs_of_a_killed_build_are_not_taken_as_up_to_date_after_an_edit_is_undone(tmp_path):
     """SCons records what it built only when the build ends: without the journal of unrecorded outputs,
     the FACTOR 4.0 objects of the killed build match the FACTOR 3.0 record once the edit is undone."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import SCons.Action
 import SCons.Builder
+import SCons.CacheDir
 import SCons.Errors
 import SCons.Node.FS
 import SCons.Node.Python
@@ -324,6 +325,22 @@ def _settle_journals_after_sconsign_write() -> None:
 
     write.offload_settles_journals = True  # type: ignore[attr-defined]
     SCons.SConsign.write = write
+
+
+class JournalingCacheDir(SCons.CacheDir.CacheDir):
+    """SCons' ``CacheDir``, whose retrievals are journaled as our commands' outputs are (:func:`_commit`).
+
+    A retrieval writes an output that SCons records only when the build ends, as a command does: a build
+    killed after retrieving the objects of one branch's sources leaves them newer than their record, and
+    after a switch back to the recorded branch SCons takes them as up to date (and builds the rest on
+    them). Journaled first, they are deleted when the next build starts, so they are retrieved or built
+    again. The tool's default ``$CACHEDIR_CLASS``; a class of your own (``CacheDir(path, MyClass)``) is
+    used as it is, unless it derives from this one."""
+
+    @classmethod
+    def copy_from_cache(cls, env, src, dst) -> str:
+        unrecorded_outputs(env).add(os.path.abspath(dst))
+        return super().copy_from_cache(env, src, dst)
 
 
 def _commit(target, source, env) -> int:

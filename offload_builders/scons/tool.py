@@ -44,6 +44,7 @@ from offload_builders.scons.common import (
     COMMIT,
     REMOVE_STALE,
     HostLinkAction,
+    JournalingCacheDir,
     OffloadLinkWarning,
     OffloadTargetKeyWarning,
     check_deployable,
@@ -111,6 +112,7 @@ def generate(env, **kwargs: Any) -> None:
         env[name if name.startswith("OFFLOAD_") else f"OFFLOAD_{name}"] = value
     toolchain = toolchain_for(env)
     unrecorded_outputs(env)  # before anything is built: outputs a killed build left unrecorded go
+    set_default(env, "CACHEDIR_CLASS", JournalingCacheDir)  # retrievals are journaled too
     set_default(env, "OFFLOAD_CC", str(toolchain.clang))
     cxx = toolchain.cxx_command  # a wrapper with no C++ twin: itself with --driver-mode=g++
     set_default(env, "OFFLOAD_CXX", cxx[0] if len(cxx) == 1 else list(cxx))
