@@ -223,6 +223,9 @@ class DeviceSymbol(NamedTuple):
     undefined: bool
     weak: bool
     hidden: bool
+    #: Bitcode only: ``GlobalValue::canBeOmittedFromSymbolTable`` (a ``linkonce_odr`` definition whose address
+    #: nothing takes), which does not make an archive member worth extracting.
+    may_omit: bool = False
 
 
 def device_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
@@ -263,7 +266,8 @@ def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
     symbol table (:mod:`offload_builders.formats.irsymtab`) that are global and not format-specific.
 
     A file without one (of LLVM 4 or older, or of another table version) is read by LLVM in a child
-    process, and what it read remembered per user by the bitcode's hash."""
+    process, and what it read remembered per user by the bitcode's hash; that path has no may-omit flag
+    (every definition counts as one the wrapper would extract for)."""
     import hashlib
 
     from offload_builders.formats.containers import bitcode_linker_symbols
@@ -272,10 +276,10 @@ def _bitcode_symbols(image: bytes, label: str) -> list[DeviceSymbol]:
 
     table = read_symbols(image, label)
     if table is not None:
-        undefined, weak = SymbolFlag.UNDEFINED.value, SymbolFlag.WEAK.value
+        undefined, weak, omit = SymbolFlag.UNDEFINED.value, SymbolFlag.WEAK.value, SymbolFlag.MAY_OMIT.value
         linked, skipped, hidden = SymbolFlag.GLOBAL.value, SymbolFlag.FORMAT_SPECIFIC.value, Visibility.HIDDEN.value
         return [DeviceSymbol(symbol.name, bool(symbol.flags & undefined), bool(symbol.flags & weak),
-                             symbol.flags & 3 == hidden)
+                             symbol.flags & 3 == hidden, bool(symbol.flags & omit))
                 for symbol in table if symbol.flags & linked and not symbol.flags & skipped]
     cache = user_cache("device-symbols.json")
     key = "bitcode-symbols-v1:" + hashlib.blake2b(image, digest_size=20).hexdigest()
@@ -302,7 +306,8 @@ class _SymbolTable:
             new = sym.name not in self._flags
             old = self._flags.get(sym.name, 0)
             resolves_strong = bool(old & _UNDEFINED) and not old & _WEAK and not sym.undefined
-            new_global = (new or bool(old & _UNDEFINED)) and not sym.undefined and has_offload_kind and not sym.hidden
+            new_global = ((new or bool(old & _UNDEFINED)) and not sym.undefined and not sym.may_omit
+                          and has_offload_kind and not sym.hidden)
             extract = extract or resolves_strong or new_global
             if old & _UNDEFINED and not sym.undefined:
                 pending[sym.name] = old & ~_UNDEFINED

@@ -148,6 +148,55 @@ def test_lazy_rule_on_symbols():
     # a new global
     assert table.add([DeviceSymbol("kernel", False, False, False)], is_archive=True, has_offload_kind=True)
     assert not table.add([DeviceSymbol("other", False, False, False)], is_archive=True, has_offload_kind=False)
+    # a new definition the symbol table may omit (linkonce_odr unnamed_addr bitcode)
+    assert not table.add([DeviceSymbol("inline_fn", False, True, False, True)], is_archive=True, has_offload_kind=True)
+
+
+#: An archive member whose one global definition is ``helper``; its device constructor prints when the member
+#: is linked into the x86_64 device image (a shared object the plugin loads).
+MEMBER_IR = textwrap.dedent("""\
+    target triple = "x86_64-unknown-linux-gnu"
+    @.str = private unnamed_addr constant [24 x i8] c"member constructor ran\\0A\\00"
+    @llvm.global_ctors = appending global [1 x {{ i32, ptr, ptr }}] [{{ i32, ptr, ptr }} {{ i32 65535, ptr @ctor, ptr null }}]
+    declare i32 @printf(ptr, ...)
+    define linkonce_odr i32 @helper(){unnamed_addr} {{
+      ret i32 7
+    }}
+    define internal void @ctor() {{
+      %1 = call i32 (ptr, ...) @printf(ptr @.str)
+      ret void
+    }}
+""")
+TARGET_REGION = "int main() { int r = 0;\n#pragma omp target map(from : r)\n  r = 1;\n  return r == 1 ? 0 : 1; }\n"
+
+
+@pytest.mark.parametrize("unnamed_addr, extracted", [(" unnamed_addr", False), ("", True)],
+                         ids=["may-omit", "kept"])
+def test_a_member_whose_definitions_may_be_omitted_is_not_extracted(llvm19, tmp_path, unnamed_addr, extracted):
+    """``clang-linker-wrapper`` extracts an archive member for a new global definition only if the symbol
+    table must keep it (``getSymbolsFromBitcode``: not ``canBeOmittedFromSymbolTable``, which a
+    ``linkonce_odr unnamed_addr`` function is). The member's device constructor shows what the driver's
+    link took; our selection must take the same."""
+    layout = subprocess.run([str(llvm19("clang")), "-S", "-emit-llvm", "-x", "c", "-", "-o", "-"], input="",
+                            capture_output=True, text=True, check=True).stdout
+    (tmp_path / "member.ll").write_text(next(line for line in layout.splitlines() if "datalayout" in line) + "\n"
+                                        + MEMBER_IR.format(unnamed_addr=unnamed_addr))
+    (tmp_path / "member_host.c").write_text("int member_host_symbol = 1;\n")
+    (tmp_path / "main.cpp").write_text(TARGET_REGION)
+    for argv in (["llvm-as", "member.ll", "-o", "member.bc"],
+                 ["clang-offload-packager", "-o", "member.pkg",
+                  "--image=file=member.bc,triple=x86_64-unknown-linux-gnu,arch=generic,kind=openmp"],
+                 ["clang", "-c", "member_host.c", "-Xclang", "-fembed-offload-object=member.pkg", "-o", "member.o"],
+                 ["llvm-ar", "rcs", "libmember.a", "member.o"],
+                 ["clang++", "-fopenmp", X86, "-O2", "-c", "main.cpp", "-o", "main.o"],
+                 ["clang++", "-fopenmp", X86, "-O2", "-fuse-ld=lld", "main.o", "libmember.a", "-o", "theirs"]):
+        subprocess.run([str(llvm19(argv[0])), *argv[1:]], cwd=tmp_path, check=True)
+    run = subprocess.run([str(tmp_path / "theirs")], capture_output=True, text=True, env=RUN_ENV)
+    assert run.returncode == 0, run.stderr
+    assert ("member constructor ran" in run.stdout) == extracted, run.stdout
+    scanned = linking.scan_link_inputs([str(tmp_path / "main.o"), str(tmp_path / "libmember.a")])
+    chosen = [found.describe() for found in linking.select_device_files(scanned, ("x86_64-unknown-linux-gnu", ""))]
+    assert any("libmember.a(member.o)" in name for name in chosen) == extracted, chosen
 
 
 @pytest.mark.parametrize("lhs, rhs, compatible", [
