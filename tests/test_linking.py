@@ -157,7 +157,8 @@ def test_lazy_rule_on_symbols():
 MEMBER_IR = textwrap.dedent("""\
     target triple = "x86_64-unknown-linux-gnu"
     @.str = private unnamed_addr constant [24 x i8] c"member constructor ran\\0A\\00"
-    @llvm.global_ctors = appending global [1 x {{ i32, ptr, ptr }}] [{{ i32, ptr, ptr }} {{ i32 65535, ptr @ctor, ptr null }}]
+    @llvm.global_ctors = appending global [1 x {{ i32, ptr, ptr }}]
+                         [{{ i32, ptr, ptr }} {{ i32 65535, ptr @ctor, ptr null }}]
     declare i32 @printf(ptr, ...)
     define linkonce_odr i32 @helper(){unnamed_addr} {{
       ret i32 7
