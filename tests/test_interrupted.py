@@ -183,15 +183,17 @@ def test_hip_nodes_leftovers_are_swept_and_cleaned(tmp_path):
     assert sorted(p.name for p in build.rglob("*")) == ["saxpy.hipfb.uncompressed"]
 
 
-def _kill_when(project: Project, phase: str, *args: str) -> list[str]:
-    """Run ``scons`` and SIGKILL its process group as the first ``phase`` command starts; the commands seen."""
+def _kill_when(project: Project, line_start: str, *args: str) -> list[str]:
+    """Run ``scons`` and SIGKILL its process group once it prints a line starting with ``line_start`` (a
+    command's label, ``@@LINK ``: as the command starts; ``Retrieved `...``: as SCons starts to copy that
+    node from the CacheDir); the lines seen."""
     proc = subprocess.Popen([SCONS, "-Q", *args], cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:
         seen.append(line.decode().strip())
-        if line.startswith(f"@@{phase} ".encode()):
+        if line.startswith(line_start.encode()):
             os.killpg(proc.pid, signal.SIGKILL)
             break
     proc.wait()
@@ -199,23 +201,6 @@ def _kill_when(project: Project, phase: str, *args: str) -> list[str]:
     while _group_alive(proc.pid):
         assert time.monotonic() < deadline, "the killed build's processes do not end"
         time.sleep(0.05)
-    assert proc.returncode == -signal.SIGKILL, seen
-    return seen
-
-
-def _kill_when_retrieving(project: Project, prefix: str, *args: str) -> list[str]:
-    """Run ``scons`` and SIGKILL its process group as it starts to retrieve a node under ``prefix`` from the
-    CacheDir (SCons prints the line, then copies); the lines seen."""
-    proc = subprocess.Popen([SCONS, "-Q", *args], cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    seen = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line.decode().strip())
-        if line.startswith(f"Retrieved `{prefix}".encode()):
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-    proc.wait()
     assert proc.returncode == -signal.SIGKILL, seen
     return seen
 
@@ -233,7 +218,7 @@ def test_cache_retrievals_of_a_killed_build_are_not_taken_as_up_to_date_after_a_
     project.scons(cache)  # FACTOR 4.0, cached and recorded
     factor_4 = (project.root / "build" / "main.o").read_bytes()
     header.write_text(original)  # back to 3.0: everything comes from the cache
-    seen = _kill_when_retrieving(project, "build/prog", cache)
+    seen = _kill_when(project, "Retrieved `build/prog", cache)
     assert any(line.startswith("Retrieved `build/main.o'") for line in seen), seen
     assert (project.root / "build" / "main.o").read_bytes() != factor_4  # the 3.0 object, unrecorded
     header.write_text(original.replace("FACTOR 3.0", "FACTOR 4.0"))
@@ -252,7 +237,7 @@ def test_outputs_of_a_killed_build_are_not_taken_as_up_to_date_after_an_edit_is_
     header = project.root / "include" / "main.hpp"
     original = header.read_text()
     header.write_text(original.replace("FACTOR 3.0", "FACTOR 4.0"))
-    seen = _kill_when(project, "LINK")
+    seen = _kill_when(project, "@@LINK ")
     assert "@@EMBED build/main.o" in seen  # the FACTOR 4.0 object was written before the kill
     header.write_text(original)  # the edit undone (or the branch switched back)
     again = project.scons()
