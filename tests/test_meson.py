@@ -23,7 +23,7 @@ MESON, NINJA = str(BIN / "meson"), str(BIN / "ninja")
 def project(tmp_path) -> Path:
     """A copy of the sample (its Meson project, sources and headers), with the tools of this checkout on PATH."""
     root = tmp_path / "sample"
-    for part in ("meson", "src", "include", "hip/include", "mixed/src"):
+    for part in ("meson", "src", "include", "hip/include", "mixed/src", "cuda/src", "cuda/include"):
         shutil.copytree(REPO_ROOT / "sample_project" / part, root / part, ignore=shutil.ignore_patterns("build"))
     # A header only norm.cpp includes: touching it must rebuild norm.cpp's nodes alone.
     (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
@@ -141,6 +141,31 @@ def test_meson_builds_the_hip_source_for_each_gfx_target_and_adds_one_alone(proj
     run(project, MESON, "setup", "other/deeper", "meson", "-Doffload_archs=x86_64,gfx90a,gfx1030")
     run(project, NINJA, "-C", "other/deeper", "plain.o")
     assert (project / "other" / "deeper" / "plain.o").read_bytes() == (project / "build" / "plain.o").read_bytes()
+
+
+def test_meson_builds_the_cuda_source_for_each_sm_target_and_adds_one_alone(project):
+    """The CUDA source gets one device node per sm target (device compile and ptxas), the fat binary (the toolkit's
+    fatbinary) and the host compile; its test (a stand-in CUDA runtime) reads the fat binary the object registers:
+    one cubin and one PTX per sm target, the kernel registered and launched once. Adding an sm target runs that
+    target's device node, the fat binary, the host compile and the test's link, and no other CUDA work."""
+    run(project, MESON, "setup", "build", "meson", "-Doffload_archs=x86_64,sm_80")
+    first = ninja(project)
+    device = phases(first, "device", "scale.cu")
+    assert len(device) == 1 and "--target sm_80" in device[0]
+    assert len(phases(first, "bundle", "scale.cu")) == 1 and len(phases(first, "host", "scale.cu")) == 1
+    tested = run(project, MESON, "test", "-C", "build", "-v", "cuda")
+    assert "sm_80: 1 cubin(s), 1 PTX" in tested and "launched 1; 1 cubins: Ok" in tested
+
+    run(project, MESON, "configure", "build", "-Doffload_archs=x86_64,sm_80,sm_90")
+    added = ninja(project)
+    cuda = [c for c in added if "scale.cu " in c or " -o cuda_check " in c]
+    device = phases(cuda, "device")
+    assert len(device) == 1 and "--target sm_90" in device[0]
+    assert len(phases(cuda, "bundle")) == 1 and len(phases(cuda, "host")) == 1 and len(cuda) == 4, cuda
+    tested = run(project, MESON, "test", "-C", "build", "-v", "cuda")
+    assert "sm_80: 1 cubin(s), 1 PTX" in tested and "sm_90: 1 cubin(s), 1 PTX" in tested
+    assert "launched 1; 2 cubins: Ok" in tested
+    assert ninja(project) == []
 
 
 def test_meson_rejects_a_bad_target_list_at_configure_time(project):
