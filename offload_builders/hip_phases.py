@@ -244,17 +244,25 @@ class FatbinSpec:
     compression_level: int | None   # -compression-level=N (from --offload-compression-level=N)
 
 
-def fatbin_compression(spec: FatbinSpec, version: object = None, level: object = None) -> CompressionOptions | None:
+def default_compression_version(llvm_version: int) -> int:
+    """The compressed bundle format the toolchain's bundler writes by default: 2 up to LLVM 21, 3 from LLVM 22
+    (llvm-project PR #152600; Clang 22's ``clang-offload-bundler --compress`` writes version 3 here)."""
+    return 3 if llvm_version >= 22 else 2
+
+
+def fatbin_compression(spec: FatbinSpec, version: object = None, level: object = None, *,
+                       llvm_version: int = 19) -> CompressionOptions | None:
     """How a source's fat binary is compressed: ``version`` (2 or 3; None, ``''``, 0 or False: what the flags
-    asked the driver for, ``--offload-compress`` giving version 2 as in Clang 19) and ``level`` (None or
-    ``''``: the flags' ``--offload-compression-level``, else the bundler's default) over ``spec``. A bad
-    value is a ``ValueError`` or ``TypeError`` for the caller to word (``$OFFLOAD_HIP_COMPRESS``, ...)."""
+    asked the driver for, ``--offload-compress`` giving the toolchain's default format,
+    :func:`default_compression_version`) and ``level`` (None or ``''``: the flags'
+    ``--offload-compression-level``, else the bundler's default) over ``spec``. A bad value is a
+    ``ValueError`` or ``TypeError`` for the caller to word (``$OFFLOAD_HIP_COMPRESS``, ...)."""
     from offload_builders.formats.compressed import CompressionOptions, Method
 
     if version in (None, "", 0, False):
         if not spec.compress:
             return None
-        version = 2
+        version = default_compression_version(llvm_version)
     number = int(version)  # type: ignore[call-overload]
     if number not in (2, 3):
         raise ValueError(f"no compressed bundle format version {number} here")
@@ -360,15 +368,21 @@ class HipHostSteps:
     fatbin: FatbinSpec | None       # non-RDC only
 
 
+def _cl_arg(arg: str) -> str:
+    """A tool argument as LLVM's option parser reads it: ``--name`` and ``-name`` are one option (Clang 19's
+    driver gives the bundler ``-compress``, Clang 22's ``--compress``)."""
+    return arg[1:] if arg.startswith("--") else arg
+
+
 def _int_option(job: Sequence[str], prefix: str) -> int | None:
-    for arg in job:
+    for arg in map(_cl_arg, job):
         if arg.startswith(prefix):
             return int(arg[len(prefix):])
     return None
 
 
 def _list_option(job: Sequence[str], prefix: str) -> list[str]:
-    return [arg[len(prefix):] for arg in job if arg.startswith(prefix)]
+    return [arg[len(prefix):] for arg in map(_cl_arg, job) if arg.startswith(prefix)]
 
 
 def probe(driver: str, flags: tuple[str, ...], cwd: str,
@@ -489,7 +503,7 @@ class HipPhaseModel:
             alignment=_int_option(job, "-bundle-align=") or 1,
             host_id=ids[host_index],
             host_input=inputs[host_index],
-            compress="-compress" in job,
+            compress="-compress" in map(_cl_arg, job),
             compression_level=_int_option(job, "-compression-level="),
         )
 

@@ -3,6 +3,7 @@ depfile per node, untouched unchanged outputs (Ninja's ``restat``) and a guard f
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -233,6 +234,32 @@ def test_hip_relocatable_device_code_gives_the_scons_tools_package_and_object(tm
     assert (sample / "saxpy.pkg").read_bytes() == (sample / "build" / "saxpy.offload.pkg").read_bytes()
     assert (sample / "saxpy.o").read_bytes() == (sample / "build" / "saxpy.o").read_bytes()
     assert depfile_rule(sample / "saxpy.pkg.d")[1][:2] == ["saxpy.gfx90a.bc", "saxpy.gfx942.bc"]
+
+
+@pytest.mark.parametrize("level", [[], ["--offload-compression-level=9"]], ids=["default-level", "level-9"])
+def test_hip_compressed_fat_binary_with_clang_22_is_its_bundlers(tmp_path, llvm22, level):
+    """With a Clang 22 toolchain (``$OFFLOAD_CLANG``) the driver gives the bundler ``--compress`` and
+    ``--compression-level=`` (Clang 19: ``-compress``), and Clang 22's bundler writes compressed format 3
+    by default: the bundle step's fat binary is byte for byte ``clang-offload-bundler`` 22's, run with the
+    job ``clang++ -###`` prints, on the same code objects."""
+    sample = hip_sample(tmp_path)
+    flags = [*HIP_FLAGS, "--offload-compress", *level]
+    for target in ("gfx90a", "gfx942"):  # code objects by Clang 19 (no lld of Clang 22 here); the bundle is 22's
+        oc(sample, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{target}.hsaco", "--", *flags)
+    clang22 = dict(os.environ, OFFLOAD_CLANG=str(llvm22("clang")))
+    done = subprocess.run([*OFFLOAD_COMPILE, "bundle", "src/saxpy.hip", "--targets", "gfx90a,gfx942", "-o",
+                           "ours.hipfb", "saxpy.gfx90a.hsaco", "saxpy.gfx942.hsaco", "--", *flags],
+                          cwd=sample, env=clang22, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    printed = subprocess.run([str(llvm22("clang++")), "-###", "-x", "hip", "--offload-arch=gfx90a,gfx942", *flags,
+                              "-c", "src/saxpy.hip"], cwd=sample, capture_output=True, text=True, check=True).stderr
+    (job,) = [shlex.split(line) for line in printed.splitlines() if "clang-offload-bundler" in line]
+    assert "--compress" in job and "-compress" not in job
+    inputs = ["-input=/dev/null", "-input=saxpy.gfx90a.hsaco", "-input=saxpy.gfx942.hsaco"]
+    argv = [arg for arg in job if not arg.startswith(("-input=", "-output="))] + inputs + ["-output=theirs.hipfb"]
+    subprocess.run(argv, cwd=sample, check=True)
+    ours = (sample / "ours.hipfb").read_bytes()
+    assert ours[:6] == b"CCOB\x03\x00" and ours == (sample / "theirs.hipfb").read_bytes()
 
 
 CUDA_SCONSTRUCT = textwrap.dedent("""\

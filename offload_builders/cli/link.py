@@ -270,12 +270,13 @@ def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
         sys.stderr.write(done.stderr)
 
 
-def _hip_compression(opts: _Options) -> CompressionOptions | None:
-    """The HIP fat binary's compression: ``--compress`` (format 2, as Clang 19's bundler) at the level asked."""
+def _hip_compression(opts: _Options, llvm_version: int) -> CompressionOptions | None:
+    """The HIP fat binary's compression: ``--compress`` (in the toolchain's default format, as its bundler
+    writes it: 2 for Clang 19, 3 for Clang 22) at the level asked."""
     from offload_builders.hip_phases import fatbin_compression, link_fatbin_spec
 
     try:
-        return fatbin_compression(link_fatbin_spec(opts.compress, opts.compression_level))
+        return fatbin_compression(link_fatbin_spec(opts.compress, opts.compression_level), llvm_version=llvm_version)
     except ValueError as error:
         raise UsageError(f"--compression-level={opts.compression_level}: {error}") from None
 
@@ -289,7 +290,7 @@ def _link(opts: _Options) -> int:
     if opts.cuda_path:
         environ["CUDA_PATH"] = opts.cuda_path
     toolchain = find_toolchain(environ)
-    hip_compression = _hip_compression(opts)  # a bad level stops the link before any device link
+    hip_compression = _hip_compression(opts, toolchain.major)  # a bad level stops the link before any device link
     output = opts.output or "a.out"
     inputs = link_inputs(opts.linker_args)
     scanned = linking.scan_link_inputs(inputs)

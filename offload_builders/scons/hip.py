@@ -237,9 +237,11 @@ def _host_cc1(target, source, env, for_signature):
 
 
 def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
-    """``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over what the flags asked the driver for (Clang 19: zstd, v2)."""
+    """``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over what the flags asked the driver for (zstd, in the toolchain's
+    default format: 2 for Clang 19, 3 for Clang 22)."""
     try:
-        return fatbin_compression(spec, env.get("OFFLOAD_HIP_COMPRESS"), env.get("OFFLOAD_HIP_COMPRESSION_LEVEL"))
+        return fatbin_compression(spec, env.get("OFFLOAD_HIP_COMPRESS"), env.get("OFFLOAD_HIP_COMPRESSION_LEVEL"),
+                                  llvm_version=toolchain_for(env).major)
     except (TypeError, ValueError) as error:
         raise SCons.Errors.UserError(f"OFFLOAD_HIP_COMPRESS={env.get('OFFLOAD_HIP_COMPRESS')!r},"
                                      f" OFFLOAD_HIP_COMPRESSION_LEVEL={env.get('OFFLOAD_HIP_COMPRESSION_LEVEL')!r}:"
