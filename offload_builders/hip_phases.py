@@ -244,17 +244,22 @@ class FatbinSpec:
     compression_level: int | None   # -compression-level=N (from --offload-compression-level=N)
 
 
-def default_compression_version(llvm_version: int) -> int:
-    """The compressed bundle format the toolchain's bundler writes by default: 2 up to LLVM 21, 3 from LLVM 22
-    (llvm-project PR #152600; Clang 22's ``clang-offload-bundler --compress`` writes version 3 here)."""
+def default_compression_version(llvm_version: int, environ: Mapping[str, str] | None = None) -> int:
+    """The compressed bundle format the toolchain's bundler writes, run in ``environ``: from LLVM 20 the one
+    ``COMPRESSED_BUNDLE_FORMAT_VERSION`` names (2 or 3; another value is ignored, as the bundler ignores it
+    with a warning), else 2 up to LLVM 21 and 3 from LLVM 22 (llvm-project PR #152600; Clang 22's
+    ``clang-offload-bundler --compress`` writes version 3 here)."""
+    chosen = (environ or {}).get("COMPRESSED_BUNDLE_FORMAT_VERSION", "")
+    if llvm_version >= 20 and chosen in ("2", "3"):
+        return int(chosen)
     return 3 if llvm_version >= 22 else 2
 
 
 def fatbin_compression(spec: FatbinSpec, version: object = None, level: object = None, *,
-                       llvm_version: int = 19) -> CompressionOptions | None:
+                       llvm_version: int = 19, environ: Mapping[str, str] | None = None) -> CompressionOptions | None:
     """How a source's fat binary is compressed: ``version`` (2 or 3; None, ``''``, 0 or False: what the flags
-    asked the driver for, ``--offload-compress`` giving the toolchain's default format,
-    :func:`default_compression_version`) and ``level`` (None or ``''``: the flags'
+    asked the driver for, ``--offload-compress`` giving the format the toolchain's bundler would write in
+    ``environ``, :func:`default_compression_version`) and ``level`` (None or ``''``: the flags'
     ``--offload-compression-level``, else the bundler's default) over ``spec``. A bad value is a
     ``ValueError`` or ``TypeError`` for the caller to word (``$OFFLOAD_HIP_COMPRESS``, ...)."""
     from offload_builders.formats.compressed import CompressionOptions, Method
@@ -262,7 +267,7 @@ def fatbin_compression(spec: FatbinSpec, version: object = None, level: object =
     if version in (None, "", 0, False):
         if not spec.compress:
             return None
-        version = default_compression_version(llvm_version)
+        version = default_compression_version(llvm_version, environ)
     number = int(version)  # type: ignore[call-overload]
     if number not in (2, 3):
         raise ValueError(f"no compressed bundle format version {number} here")

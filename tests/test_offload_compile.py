@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, driver_library_flags
-from offload_builders.hip_phases import default_cuid
+from offload_builders.hip_phases import default_compression_version, default_cuid
 from offload_builders.targets import parse_offload_archs
 from offload_builders.toolchain import find_toolchain
 
@@ -236,17 +236,20 @@ def test_hip_relocatable_device_code_gives_the_scons_tools_package_and_object(tm
     assert depfile_rule(sample / "saxpy.pkg.d")[1][:2] == ["saxpy.gfx90a.bc", "saxpy.gfx942.bc"]
 
 
-@pytest.mark.parametrize("level", [[], ["--offload-compression-level=9"]], ids=["default-level", "level-9"])
-def test_hip_compressed_fat_binary_with_clang_22_is_its_bundlers(tmp_path, llvm22, level):
+@pytest.mark.parametrize("level, version", [([], ""), (["--offload-compression-level=9"], ""), ([], "2")],
+                         ids=["default-level", "level-9", "format-2-from-the-environment"])
+def test_hip_compressed_fat_binary_with_clang_22_is_its_bundlers(tmp_path, llvm22, level, version):
     """With a Clang 22 toolchain (``$OFFLOAD_CLANG``) the driver gives the bundler ``--compress`` and
     ``--compression-level=`` (Clang 19: ``-compress``), and Clang 22's bundler writes compressed format 3
-    by default: the bundle step's fat binary is byte for byte ``clang-offload-bundler`` 22's, run with the
-    job ``clang++ -###`` prints, on the same code objects."""
+    by default, or the one ``COMPRESSED_BUNDLE_FORMAT_VERSION`` names (for HIP runtimes that read only 2):
+    the bundle step's fat binary is byte for byte ``clang-offload-bundler`` 22's, run with the job
+    ``clang++ -###`` prints, on the same code objects, in the same environment."""
     sample = hip_sample(tmp_path)
     flags = [*HIP_FLAGS, "--offload-compress", *level]
     for target in ("gfx90a", "gfx942"):  # code objects by Clang 19 (no lld of Clang 22 here); the bundle is 22's
         oc(sample, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{target}.hsaco", "--", *flags)
-    clang22 = dict(os.environ, OFFLOAD_CLANG=str(llvm22("clang")))
+    environ = dict(os.environ, COMPRESSED_BUNDLE_FORMAT_VERSION=version) if version else dict(os.environ)
+    clang22 = dict(environ, OFFLOAD_CLANG=str(llvm22("clang")))
     done = subprocess.run([*OFFLOAD_COMPILE, "bundle", "src/saxpy.hip", "--targets", "gfx90a,gfx942", "-o",
                            "ours.hipfb", "saxpy.gfx90a.hsaco", "saxpy.gfx942.hsaco", "--", *flags],
                           cwd=sample, env=clang22, capture_output=True, text=True)
@@ -257,9 +260,21 @@ def test_hip_compressed_fat_binary_with_clang_22_is_its_bundlers(tmp_path, llvm2
     assert "--compress" in job and "-compress" not in job
     inputs = ["-input=/dev/null", "-input=saxpy.gfx90a.hsaco", "-input=saxpy.gfx942.hsaco"]
     argv = [arg for arg in job if not arg.startswith(("-input=", "-output="))] + inputs + ["-output=theirs.hipfb"]
-    subprocess.run(argv, cwd=sample, check=True)
+    subprocess.run(argv, cwd=sample, check=True, env=environ)
     ours = (sample / "ours.hipfb").read_bytes()
-    assert ours[:6] == b"CCOB\x03\x00" and ours == (sample / "theirs.hipfb").read_bytes()
+    assert ours[:6] == b"CCOB" + (b"\x02\x00" if version == "2" else b"\x03\x00")
+    assert ours == (sample / "theirs.hipfb").read_bytes()
+
+
+def test_the_compressed_bundle_format_follows_the_toolchain_and_its_environment_variable():
+    """Clang 19's bundler writes format 2 and ignores COMPRESSED_BUNDLE_FORMAT_VERSION (the shared reference,
+    checked with 19.1.7); from LLVM 20 the variable chooses 2 or 3, and LLVM 22 writes 3 without it (its
+    bundler, above); another value is ignored, as the bundler ignores it with a warning."""
+    variable = "COMPRESSED_BUNDLE_FORMAT_VERSION"
+    assert [default_compression_version(19), default_compression_version(19, {variable: "3"})] == [2, 2]
+    assert [default_compression_version(21), default_compression_version(20, {variable: "3"})] == [2, 3]
+    assert [default_compression_version(22), default_compression_version(22, {variable: "2"})] == [3, 2]
+    assert [default_compression_version(22, {variable: value}) for value in ("4", "x")] == [3, 3]
 
 
 CUDA_SCONSTRUCT = textwrap.dedent("""\

@@ -649,8 +649,9 @@ def _bundle(opts: _Options) -> int:
             spec = phases.host_steps(flags).fatbin
             assert spec is not None  # non-RDC
             ids = [spec.host_id] + [_hip_bundle_id(phases, target, opts.flags) for target, _ in pairs]
-            write_fatbin(spec, ids, read, partial, fatbin_compression(spec, llvm_version=phases.toolchain.major),
-                         llvm_version=phases.toolchain.major)
+            major = phases.toolchain.major
+            write_fatbin(spec, ids, read, partial, fatbin_compression(spec, llvm_version=major, environ=os.environ),
+                         llvm_version=major)
             binaries: list[str] = []
         else:
             images = []

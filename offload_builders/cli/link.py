@@ -276,7 +276,8 @@ def _hip_compression(opts: _Options, llvm_version: int) -> CompressionOptions | 
     from offload_builders.hip_phases import fatbin_compression, link_fatbin_spec
 
     try:
-        return fatbin_compression(link_fatbin_spec(opts.compress, opts.compression_level), llvm_version=llvm_version)
+        return fatbin_compression(link_fatbin_spec(opts.compress, opts.compression_level), llvm_version=llvm_version,
+                                  environ=os.environ)
     except ValueError as error:
         raise UsageError(f"--compression-level={opts.compression_level}: {error}") from None
 
