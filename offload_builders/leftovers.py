@@ -133,13 +133,14 @@ def remove_leftovers(paths: Iterable[str]) -> None:
 
 
 @contextlib.contextmanager
-def private_tmpdir(environ: Mapping[str, str] | None = None) -> Iterator[dict[str, str]]:
-    """``environ`` (default: this process's) with ``$TMPDIR`` set to a new directory inside the old one, which
-    is removed with whatever the command left in it once the block ends. A tool that fails keeps its
-    temporaries (``clang-nvlink-wrapper``: ``<name>.nvptx64-nvidia-cuda.sm_80-XXXXXX.s``, the ``.cubin``
+def private_tmpdir(environ: Mapping[str, str] | None = None, inside: str | None = None) -> Iterator[dict[str, str]]:
+    """``environ`` (default: this process's) with ``$TMPDIR`` set to a new directory inside ``inside`` (a
+    node's scratch directory, which a later run sweeps if this one is killed) or else inside the old
+    ``$TMPDIR``, removed with whatever the command left in it once the block ends. A tool that fails keeps
+    its temporaries (``clang-nvlink-wrapper``: ``<name>.nvptx64-nvidia-cuda.sm_80-XXXXXX.s``, the ``.cubin``
     ``ptxas`` made of it); a run of failed links would fill the user's ``/tmp`` with them."""
     base = dict(os.environ if environ is None else environ)
-    parent = base.get("TMPDIR")
+    parent = inside if inside and os.path.isdir(inside) else base.get("TMPDIR")
     scratch = tempfile.mkdtemp(prefix="offload-tmp-", dir=parent if parent and os.path.isdir(parent) else None)
     try:
         yield {**base, "TMPDIR": scratch}

@@ -140,6 +140,7 @@ PLANTED = (
     "prog.partial.tmp5d6e7f8",
     ".prog.x86_64.devin.partial.4242.1.tmp",  # our writer (formats' Outputs), killed mid-write
     "prog.x86_64.img.inputs/000.o",  # the device link's unpacked inputs
+    "prog.x86_64.img.inputs/offload-tmp-k1ll3d/000-5e1f00.cubin",  # and its $TMPDIR, killed mid-link
     "main.o.partial.package",  # the object's package, written, not yet embedded
     ".scale.o.partial.package.4242.2.tmp",  # our package writer, killed mid-write
     "scale.o.partial.package.tmp9f8e7d6",  # clang-offload-packager ($_OFFLOAD_PACKAGE_CMD), killed mid-write

@@ -493,7 +493,8 @@ class _DeviceLinkCommandAction(PhaseCommandAction):
         if env.get("SPAWN") is not _SHELL_SPAWN or self.renderer(env) is None:
             return super().execute(target, source, env, executor)
         messages: list[str] = []
-        env = env.Override({"SPAWN": functools.partial(_spawn_keeping_stderr, messages), "ESCAPE": str})
+        spawn = functools.partial(_spawn_keeping_stderr, messages, _inputs_dir(env, target[0]) if target else None)
+        env = env.Override({"SPAWN": spawn, "ESCAPE": str})
         status = super().execute(target, source, env, executor)
         if status and messages:
             hint = device_libraries.missing_library_hint("".join(messages), env.subst("$OFFLOAD_TARGET"))
@@ -509,14 +510,15 @@ class _DeviceLinkCommandAction(PhaseCommandAction):
 _SHELL_ACTIVE = re.compile(r"""[\\"'$`*?\[~#;&|<>()\n]""")
 
 
-def _spawn_keeping_stderr(messages: list[str], shell: str, escape, command: str, args: list[str],
+def _spawn_keeping_stderr(messages: list[str], scratch: str | None, shell: str, escape, command: str, args: list[str],
                           environ: dict[str, str]) -> int:
-    """Like :func:`_spawn_argv`, with the command's standard error passed on and appended to ``messages``."""
+    """Like :func:`_spawn_argv`, with the command's standard error passed on and appended to ``messages``, and
+    its ``$TMPDIR`` a directory of its own inside ``scratch`` (the device link's unpacked inputs)."""
     argv = list(args)
     if any(_SHELL_ACTIVE.search(arg) for arg in args):
         argv = [shell, "-c", " ".join(SCons.Subst.quote_spaces(arg) for arg in args)]
     try:
-        with leftovers.private_tmpdir(environ) as private:
+        with leftovers.private_tmpdir(environ, scratch) as private:
             done = subprocess.run(argv, env=private, stderr=subprocess.PIPE, close_fds=True, check=False)
     except OSError as error:
         print(f"{args[0]}: {error.strerror}", file=sys.stderr)
@@ -900,11 +902,10 @@ def _remove_inputs_dir(target, source, env) -> int:
 
 
 def _empty_directory(directory: str) -> bool:
-    """Delete the files of an unpacked-inputs directory; whether it exists."""
+    """Delete what an unpacked-inputs directory holds (a killed link's ``$TMPDIR`` too); whether it exists."""
     if not os.path.isdir(directory):
         return False
-    for name in os.listdir(directory):
-        os.unlink(os.path.join(directory, name))
+    leftovers.remove_leftovers(os.path.join(directory, name) for name in os.listdir(directory))
     return True
 
 
