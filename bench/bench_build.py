@@ -27,7 +27,10 @@ nodes as ours built (each copies a seed file in-process), against the driver's n
 costs for a graph of that size, which no code of ours can cut. It writes the table and a plot
 (``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[bench]``) to ``--output-dir``.
 
-    .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1]
+``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
+headers: every phase node of a source depends on them (both sides).
+
+    .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1] [--headers 0]
     .venv/bin/python bench/bench_build.py --scale [--points 8x4,64x4,256x8] [--no-op-only] [--output-dir DIR]
 """
 from __future__ import annotations
@@ -111,7 +114,13 @@ SOURCE = textwrap.dedent("""
 
 def source_text(i: int, device_edits: int = 0, host_edits: int = 0) -> str:
     """kernel_<i>.cpp after some edits of its target region (the loop count) and of its host-only function."""
-    return SOURCE.format(i=i, rounds=3 + i % 5 + device_edits, host=f"{i}.{host_edits}")
+    text = SOURCE.format(i=i, rounds=3 + i % 5 + device_edits, host=f"{i}.{host_edits}")
+    return '#include "h0.h"\n' + text if HEADERS else text
+
+
+def header_text(h: int) -> str:
+    """``h<h>.h`` of ``--headers``: an inline function, and the next header of the chain."""
+    return (f'#include "h{h + 1}.h"\n' if h + 1 < HEADERS else "") + f"inline int header_{h}() {{ return {h}; }}\n"
 
 
 def generate(root: Path, count: int) -> None:
@@ -120,6 +129,8 @@ def generate(root: Path, count: int) -> None:
     src.mkdir(parents=True)
     for i in range(count):
         (src / f"kernel_{i}.cpp").write_text(source_text(i))
+    for h in range(HEADERS):
+        (src / f"h{h}.h").write_text(header_text(h))
     calls = "\n".join(f"  double kernel_{i}(double *, std::size_t); total += kernel_{i}(x, 256);" for i in range(count))
     (src / "main.cpp").write_text(
         "#include <cstddef>\n#include <cstdio>\nint main() {\n  static double x[256];\n  double total = 0;\n"
@@ -129,6 +140,9 @@ def generate(root: Path, count: int) -> None:
 
 #: ``--decider``: passed to both sides' SConstruct (``env.Decider``); None: SCons' default (content).
 DECIDER: str | None = None
+#: ``--headers``: each kernel source includes ``h0.h``, which includes ``h1.h``, and so on (a project's
+#: headers: every phase node of a source depends on them); 0: none.
+HEADERS = 0
 #: ``--groups``: our side links with ``$OFFLOAD_IMAGE_GROUPS`` (one image per group of sources and target).
 OURS_MODE = "ours"
 
@@ -393,7 +407,8 @@ def scale(args: argparse.Namespace) -> int:
     header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
               f" the rounds' ratios; targets: the first N of {','.join(SCALE_TARGETS)};"
               f" decider: {args.decider or 'SCons default (content)'}"
-              f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}")
+              f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}"
+              f"{f'; each kernel includes a chain of {HEADERS} headers' if HEADERS else ''}")
     with open(args.output_dir / "scale.txt", "w") as table:
         for out in (sys.stdout, table):
             print(f"$ {Path(sys.executable).name} bench/bench_build.py {' '.join(sys.argv[1:])}", file=out)
@@ -428,9 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", action="store_true",
                         help="our side links with OFFLOAD_IMAGE_GROUPS (one image per group of sources and target;"
                              " not with generated --scale points)")
+    parser.add_argument("--headers", type=int, default=0,
+                        help="each kernel source includes a chain of this many headers (default 0)")
     args = parser.parse_args(argv)
-    global DECIDER, OURS_MODE
+    global DECIDER, OURS_MODE, HEADERS
     DECIDER = args.decider
+    HEADERS = args.headers
     OURS_MODE = "groups" if args.groups else "ours"
     if args.scale:
         return scale(args)
@@ -444,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
                   measure(roots, args.repeat)}
     print(f"{args.sources} kernel sources + main.cpp, targets {','.join(BASE_TARGETS)}, {os.cpu_count()} CPUs;"
           f" best of {args.repeat} interleaved rounds, and the median of the rounds' ratios"
-          f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}")
+          f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}"
+          f"{f'; each kernel includes a chain of {HEADERS} headers' if HEADERS else ''}")
     for title, rows in tables.items():
         print_table(title, rows)
     return 0

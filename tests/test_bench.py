@@ -77,3 +77,18 @@ def test_the_floor_row_counts_the_nodes_scons_built_and_times_a_trivial_tree_of_
     assert len(list((floor / "out").iterdir())) == nodes
     assert subprocess.run([SCONS, "-q", f"nodes={nodes}"], cwd=floor).returncode == 0
     assert bench.floor_noop(nodes, archs)("ours", floor) > 0
+
+
+def test_headers_option_makes_every_kernel_depend_on_a_chain_of_headers(tmp_path, monkeypatch):
+    """``--headers 3``: each kernel includes h0.h, which includes h1.h, which includes h2.h; a generated tree is
+    up to date, and an edit of the last header alone puts both sides out of date (SCons found the chain)."""
+    bench = _bench()
+    monkeypatch.setattr(bench, "HEADERS", 3)
+    archs = ["gfx90a", "sm_80"]
+    roots = _generated_trees(bench, tmp_path, archs)
+    for mode, root in roots.items():
+        assert (root / "src" / "kernel_1.cpp").read_text().startswith('#include "h0.h"\n')
+        assert (root / "src" / "h1.h").read_text().startswith('#include "h2.h"\n')
+        assert _up_to_date(root, mode, ",".join(archs)), mode
+        (root / "src" / "h2.h").write_text("inline int header_2() { return 22; }\n")
+        assert not _up_to_date(root, mode, ",".join(archs)), mode
