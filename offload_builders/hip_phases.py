@@ -244,19 +244,19 @@ class FatbinSpec:
     compression_level: int | None   # -compression-level=N (from --offload-compression-level=N)
 
 
-def default_compression_version(llvm_version: int, environ: Mapping[str, str] | None = None) -> int:
+def default_compression_version(llvm_version: int, environ: Mapping[str, object] | None = None) -> int:
     """The compressed bundle format the toolchain's bundler writes, run in ``environ``: from LLVM 20 the one
     ``COMPRESSED_BUNDLE_FORMAT_VERSION`` names (2 or 3; another value is ignored, as the bundler ignores it
     with a warning), else 2 up to LLVM 21 and 3 from LLVM 22 (llvm-project PR #152600; Clang 22's
     ``clang-offload-bundler --compress`` writes version 3 here)."""
-    chosen = (environ or {}).get("COMPRESSED_BUNDLE_FORMAT_VERSION", "")
+    chosen = str((environ or {}).get("COMPRESSED_BUNDLE_FORMAT_VERSION", ""))
     if llvm_version >= 20 and chosen in ("2", "3"):
         return int(chosen)
     return 3 if llvm_version >= 22 else 2
 
 
-def fatbin_compression(spec: FatbinSpec, version: object = None, level: object = None, *,
-                       llvm_version: int = 19, environ: Mapping[str, str] | None = None) -> CompressionOptions | None:
+def fatbin_compression(spec: FatbinSpec, version: object = None, level: object = None, *, llvm_version: int = 19,
+                       environ: Mapping[str, object] | None = None) -> CompressionOptions | None:
     """How a source's fat binary is compressed: ``version`` (2 or 3; None, ``''``, 0 or False: what the flags
     asked the driver for, ``--offload-compress`` giving the format the toolchain's bundler would write in
     ``environ``, :func:`default_compression_version`) and ``level`` (None or ``''``: the flags'

@@ -40,6 +40,7 @@ PACKAGE_SUFFIX = ".package"
 
 #: The suffixes of the files an object's own steps write beside its partial output.
 _SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX)
+_SIDE_FILE = "(?:" + "|".join(re.escape(suffix) for suffix in _SIDE_SUFFIXES) + ")"
 
 
 def llvm_extension(name: str) -> str:
@@ -58,9 +59,9 @@ def leftover_pattern(target_name: str, partial_suffix: str) -> re.Pattern[str]:
     stem = partial[:len(partial) - len(extension)]
     choices = [
         re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(extension) + r"\.tmp",  # clang -cc1
-        re.escape(partial) + r"(?:\.package)?\.tmp[0-9a-f]{7}",  # llvm::FileOutputBuffer (ld.lld, the packager)
-        re.escape(partial) + r"\.(?:uncompressed|package)",  # the HIP fat binary before compression; a package
-        r"\." + re.escape(partial) + r"(?:\.uncompressed|\.package)?\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs
+        re.escape(partial) + f"(?:{re.escape(PACKAGE_SUFFIX)})?" + r"\.tmp[0-9a-f]{7}",  # FileOutputBuffer
+        re.escape(partial) + _SIDE_FILE,  # the HIP fat binary before compression; a package
+        r"\." + re.escape(partial) + f"{_SIDE_FILE}?" + r"\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs
     ]
     if partial_suffix:
         choices.append(re.escape(partial))
@@ -140,8 +141,8 @@ def private_tmpdir(environ: Mapping[str, str] | None = None, inside: str | None 
     its temporaries (``clang-nvlink-wrapper``: ``<name>.nvptx64-nvidia-cuda.sm_80-XXXXXX.s``, the ``.cubin``
     ``ptxas`` made of it); a run of failed links would fill the user's ``/tmp`` with them."""
     base = dict(os.environ if environ is None else environ)
-    parent = inside if inside and os.path.isdir(inside) else base.get("TMPDIR")
-    scratch = tempfile.mkdtemp(prefix="offload-tmp-", dir=parent if parent and os.path.isdir(parent) else None)
+    parent = next((path for path in (inside, base.get("TMPDIR")) if path and os.path.isdir(path)), None)
+    scratch = tempfile.mkdtemp(prefix="offload-tmp-", dir=parent)
     try:
         yield {**base, "TMPDIR": scratch}
     finally:

@@ -241,8 +241,7 @@ def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
     default format: 2 for Clang 19, 3 for Clang 22)."""
     try:
         return fatbin_compression(spec, env.get("OFFLOAD_HIP_COMPRESS"), env.get("OFFLOAD_HIP_COMPRESSION_LEVEL"),
-                                  llvm_version=toolchain_for(env).major,
-                                  environ={key: str(value) for key, value in env["ENV"].items()})
+                                  llvm_version=toolchain_for(env).major, environ=env["ENV"])
     except (TypeError, ValueError) as error:
         raise SCons.Errors.UserError(f"OFFLOAD_HIP_COMPRESS={env.get('OFFLOAD_HIP_COMPRESS')!r},"
                                      f" OFFLOAD_HIP_COMPRESSION_LEVEL={env.get('OFFLOAD_HIP_COMPRESSION_LEVEL')!r}:"
