@@ -12,8 +12,9 @@ writes again, because their names are random:
 * LLVM's ``FileOutputBuffer`` temporary, ``<partial>.tmpXXXXXXX`` (7 hex digits): ``ld.lld`` (device
   links, the host link) and ``clang-offload-packager`` write through it;
 * our own writers' temporaries (:mod:`offload_builders.formats`), ``.<partial>.<pid>.<n>.tmp``, the
-  HIP fat binary's uncompressed bundle, ``<partial>.uncompressed``, and an OpenMP object's package,
-  ``<partial>.package``, which its embed step reads (and their ``.<...>.<pid>.<n>.tmp``);
+  HIP fat binary's uncompressed bundle, ``<partial>.uncompressed``, an OpenMP object's package,
+  ``<partial>.package``, which its embed step reads (and their ``.<...>.<pid>.<n>.tmp``), and an OpenMP
+  NVPTX device node's PTX, ``<partial>.ptx``, which its ``ptxas`` step reads (and Clang's temporary of it);
 * a scratch directory that a node declares, such as the device link's ``<target>.inputs/``.
 
 Only names made from the node's own target match, so sweeping one node never touches another node's
@@ -38,8 +39,12 @@ from typing import TextIO
 #: The suffix (after the partial output's name) of the package an OpenMP object's action writes and embeds.
 PACKAGE_SUFFIX = ".package"
 
-#: The suffixes of the files an object's own steps write beside its partial output.
-_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX)
+#: The suffix (after the partial output's name) of the PTX an OpenMP NVPTX device node compiles and ``ptxas``
+#: assembles into the node's cubin.
+PTX_SUFFIX = ".ptx"
+
+#: The suffixes of the files a node's own steps write beside its partial output.
+_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX, PTX_SUFFIX)
 _SIDE_FILE = "(?:" + "|".join(re.escape(suffix) for suffix in _SIDE_SUFFIXES) + ")"
 
 
@@ -59,6 +64,7 @@ def leftover_pattern(target_name: str, partial_suffix: str) -> re.Pattern[str]:
     stem = partial[:len(partial) - len(extension)]
     choices = [
         re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(extension) + r"\.tmp",  # clang -cc1
+        re.escape(partial) + r"-[0-9a-f]{8}" + _SIDE_FILE + r"\.tmp",  # clang -cc1 writing a side file (PTX)
         re.escape(partial) + f"(?:{re.escape(PACKAGE_SUFFIX)})?" + r"\.tmp[0-9a-f]{7}",  # FileOutputBuffer
         re.escape(partial) + _SIDE_FILE,  # the HIP fat binary before compression; a package
         r"\." + re.escape(partial) + f"{_SIDE_FILE}?" + r"\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs

@@ -18,7 +18,7 @@ class Phase(enum.Enum):
 
     HOST = "HOST"              # OpenMP: host front end to bitcode; HIP: the host compile, the object itself
     DEVICE = "DEVICE"          # device compile, one per target ID
-    ASSEMBLE = "ASSEMBLE"      # NVPTX only: ptxas
+    ASSEMBLE = "ASSEMBLE"      # NVPTX only: ptxas (OpenMP: the second step of the device compile's node)
     DEVICELINK = "DEVICELINK"  # device link (a HIP object's code object, or a program's per-target image)
     BUNDLE = "BUNDLE"          # HIP: the fat binary of a source's code objects
     PACKAGE = "PACKAGE"        # offload binary of a source's device images (OpenMP, HIP RDC)
@@ -91,6 +91,7 @@ PHASES: tuple[PhaseRow, ...] = (
     PhaseRow(Phase.HOST, (OPENMP,), "host front end", "{stem}.host.bc", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_HOST_CC1"),
     PhaseRow(Phase.DEVICE, (OPENMP,), "device compile", "{stem}.{target}.dev{suffix}", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_DEVICE_CC1"),
+    # The PTX is ptxas' input alone: an NVPTX device compile's node writes it, assembles it and removes it.
     PhaseRow(Phase.ASSEMBLE, (OPENMP,), "assemble", "{stem}.{target}.dev.cubin{suffix}", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_ASSEMBLE_CMD"),
     # The package is the embed's input alone: the object's node writes it, embeds it and removes it.

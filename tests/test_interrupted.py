@@ -32,7 +32,7 @@ SEED = int(os.environ.get("OFFLOAD_INTERRUPT_SEED", "12"))
 ROUNDS = 10
 ARCHS = "archs=x86_64,gfx90a,sm_80"
 #: What no finished build may leave anywhere in the project.
-LEFTOVER = re.compile(r"\.tmp|\.partial|\.uncompressed|\.package$|\.inputs$")
+LEFTOVER = re.compile(r"\.tmp|\.partial|\.uncompressed|\.package$|\.ptx$|\.inputs$")
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -167,6 +167,22 @@ def test_a_nodes_leftovers_are_swept_before_it_runs_and_by_scons_clean(tmp_path)
     _plant(build, PLANTED)
     cleaned = project.scons("-c")
     assert sorted(str(p.relative_to(build)) for p in build.rglob("*")) == sorted(KEPT), cleaned.output
+
+
+def test_an_nvptx_device_nodes_ptx_is_swept_before_it_runs_and_by_scons_clean(tmp_path):
+    """The PTX an NVPTX device node's compile writes for its ptxas step (``<cubin>.partial.ptx``) and Clang's
+    temporary of it are the node's leftovers when a build is killed between the two."""
+    project = Project(tmp_path / "proj")
+    build = project.root / "build"
+    planted = ("scale.sm_80.dev.cubin.o.partial.ptx",  # the PTX, written, not yet assembled
+               "scale.sm_80.dev.cubin.o.partial-0123abcd.ptx.tmp")  # clang -cc1 writing it, killed
+    kept = ("scale.sm_80.dev.cubin.o.ptx", "other.o.partial.ptx", "scale.sm_80.dev.cubin.o.partial-notours.ptx.tmp")
+    _plant(build, planted + kept)
+    project.scons(ARCHS)
+    assert sorted(p.name for p in build.iterdir() if ".ptx" in p.name) == sorted(kept)
+    _plant(build, planted)
+    cleaned = project.scons("-c", ARCHS)
+    assert sorted(str(p.relative_to(build)) for p in build.rglob("*")) == sorted(kept), cleaned.output
 
 
 def test_hip_nodes_leftovers_are_swept_and_cleaned(tmp_path):

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +228,65 @@ def test_no_op_rebuild_runs_no_command(project):
     assert "is up to date" in again.output
 
 
+#: Run inside the SConstruct: print each file SCons hashes for its content signature (one it has none for yet).
+LOG_HASHES = textwrap.dedent("""
+    import SCons.Node.FS
+    def _logged_csig(node, _csig=SCons.Node.FS.File.get_csig):
+        if not hasattr(node.get_ninfo(), "csig") and not node.get_max_drift_csig():
+            print("hashed", node.get_internal_path())
+        return _csig(node)
+    SCons.Node.FS.File.get_csig = _logged_csig
+""")
+
+
+def _hashed(build: Build) -> list[str]:
+    return [line.split(" ", 1)[1] for line in build.output.splitlines() if line.startswith("hashed ")]
+
+
+def test_a_no_op_hashes_no_output_whose_file_is_the_one_hashed_before(project, tmp_path):
+    """SCons hashes every output younger than --max-drift (two days) on each run; our nodes' content
+    signatures are recorded with their files' identity (inode, size, modification and change time), so
+    once a run has hashed a settled file, the next no-op reads none of the build's outputs, only sources."""
+    from offload_builders.content_records import SETTLED_NS
+
+    hook = tmp_path / "log_hashes.py"
+    hook.write_text(LOG_HASHES)
+    archs = "archs=x86_64,sm_80,gfx90a"
+    project.scons(archs)
+    time.sleep(SETTLED_NS / 1e9 + 0.2)
+    first = project.scons(archs, f"check_render={hook}")
+    assert first.commands == [] and "build/scale.host.bc" in _hashed(first), first.output
+    assert (project.root / ".sconsign.offload-contents").exists()
+    second = project.scons(archs, f"check_render={hook}")
+    assert second.commands == [], second.output
+    # only the sources and headers (build/*.cpp: the variant directory's name of src/*.cpp, not duplicated)
+    assert sorted(_hashed(second)) == ["build/main.cpp", "build/scale.cpp", "include/main.hpp",
+                                       "include/scale.hpp"], second.output
+
+
+def test_an_output_rewritten_in_place_with_its_modification_time_restored_is_hashed_again(project, tmp_path):
+    """The change time, which no tool can set, is part of a recorded file's identity: an intermediate changed
+    in place (same inode and size, its modification time put back) is hashed again and its consumers rerun."""
+    from offload_builders.content_records import SETTLED_NS
+
+    archs = "archs=x86_64,sm_80"
+    project.scons(archs)
+    time.sleep(SETTLED_NS / 1e9 + 0.2)
+    assert project.scons(archs).commands == []  # records the outputs' signatures
+    device = project.root / "build" / "scale.x86_64.dev.o"
+    before = device.stat()
+    data = device.read_bytes()
+    assert b"clang version" in data
+    with device.open("r+b") as stream:  # the same bytes but for the compiler's name in .comment
+        stream.write(data.replace(b"clang version", b"CLANG version"))
+    os.utime(device, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = device.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    rebuilt = project.scons(archs)
+    assert rebuilt.count("EMBED", "scale.o") == 1 and rebuilt.count("EXTRACT", "x86_64") == 1, rebuilt.output
+    assert project.run_program().returncode == 0
+
+
 #: A commit whose build signatures and commands this code keeps: a tree it built must stay up to date. Move it
 #: forward only with a change that is meant to rebuild every user's tree (and say so in the change).
 SIGNATURES_OF = "8d9c9e8"
@@ -247,18 +307,30 @@ def checkout_of(commit: str, root: Path) -> dict[str, str]:
 #: The last commit whose OpenMP objects had a package node of their own (``<stem>.offload.pkg``).
 BEFORE_PACKAGE_IN_OBJECT = "b350455"
 
+#: The last commit whose OpenMP NVPTX targets had a ``ptxas`` node of their own, after a ``<stem>.<target>.dev.s``
+#: device compile node.
+BEFORE_PTXAS_IN_DEVICE_NODE = "15aa5fc"
 
-def test_a_tree_built_with_package_nodes_embeds_again_and_links_nothing(project, tmp_path):
-    """The package became a step of the object's node: a tree built before reruns each object's package
-    and embed steps once (in the SCons process, and one ``-cc1`` a source), which give the same object, so
-    no compile and no link runs again; the old package files are no longer the build's."""
-    earlier = checkout_of(BEFORE_PACKAGE_IN_OBJECT, tmp_path / "earlier")
+
+@pytest.mark.parametrize(("commit", "reruns"), [
+    (BEFORE_PACKAGE_IN_OBJECT, {"DEVICE": 2, "ASSEMBLE": 2, "PACKAGE": 2, "EMBED": 2}),
+    (BEFORE_PTXAS_IN_DEVICE_NODE, {"DEVICE": 2, "ASSEMBLE": 2}),
+])
+def test_a_tree_built_with_nodes_now_folded_reruns_them_once_and_links_nothing(project, tmp_path, commit, reruns):
+    """The package became a step of the object's node, ``ptxas`` a step of the NVPTX device compile's node: a
+    tree built before reruns those steps once (each NVPTX device compile and ptxas; each object's package
+    in the SCons process and its embed, one ``-cc1`` a source), which give the same cubins and objects, so
+    nothing else runs again; the old package and PTX files are no longer the build's."""
+    earlier = checkout_of(commit, tmp_path / "earlier")
     run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=earlier)
-    objects = {name: (project.root / "build" / name).read_bytes() for name in ("main.o", "scale.o")}
+    outputs = {name: (project.root / "build" / name).read_bytes()
+               for name in ("main.o", "scale.o", "main.sm_80.dev.cubin.o", "scale.sm_80.dev.cubin.o", "prog")}
     upgraded = run_scons(project.root, "archs=x86_64,sm_80,gfx90a")
-    assert upgraded.by_phase == {"PACKAGE": 2, "EMBED": 2}, upgraded.output
-    assert {name: (project.root / "build" / name).read_bytes() for name in objects} == objects
+    assert upgraded.by_phase == reruns, upgraded.output
+    assert all(".sm_80." in target for phase, target in upgraded.commands if phase in ("DEVICE", "ASSEMBLE"))
+    assert {name: (project.root / "build" / name).read_bytes() for name in outputs} == outputs
     assert run_scons(project.root, "archs=x86_64,sm_80,gfx90a").commands == []
+    assert not list((project.root / "build").glob("*.ptx")), sorted((project.root / "build").iterdir())
 
 
 def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19, cuda):
@@ -445,7 +517,7 @@ def test_a_file_only_a_generated_header_includes_is_a_dependency_of_every_phase_
     rebuilt = project.scons("archs=x86_64,sm_80")
     assert rebuilt.count("HOST") == 1 and rebuilt.count("DEVICE") == 2, rebuilt.output
     assert all("scale" in target or phase in LINK_SIDE for phase, target in rebuilt.commands), rebuilt.commands
-    for node in ("build/scale.x86_64.dev.o", "build/scale.sm_80.dev.s", "build/scale.host.bc"):
+    for node in ("build/scale.x86_64.dev.o", "build/scale.sm_80.dev.cubin.o", "build/scale.host.bc"):
         assert "include/deep.hpp" in project.scons("archs=x86_64,sm_80", "--tree=prune", node).output, node
 
 
@@ -462,7 +534,9 @@ def test_cache_dir_gives_back_every_node_and_per_target_hits(project, tmp_path):
     assert not (project.root / "build" / "prog").exists()
     again = project.scons("archs=x86_64,sm_80,gfx90a", cache)
     assert again.commands == [], again.output
-    assert len(again.retrieved) >= 2 + 2 * 3 + 2 + 2 + 2 + 3 * 2 + 1 + 1
+    # per source the host bitcode, 3 device nodes (sm_80's with its ptxas) and the object; per target extract and
+    # image; sm_80's device runtime interface (two files) and link; wrapper and program
+    assert len(again.retrieved) == 2 * (1 + 3 + 1) + 3 * 2 + 3 + 1 + 1, again.retrieved
     # A build for a subset of the targets takes every device node from the cache.
     project.scons("-c", "archs=x86_64,sm_80,gfx90a", cache)
     subset = project.scons("archs=x86_64,gfx90a", cache)
@@ -764,7 +838,7 @@ def test_compile_nodes_depend_on_the_programs_they_run(project):
         return project.scons("archs=x86_64,sm_80", "--tree=prune", node).output
 
     clang = os.path.realpath("/usr/lib/llvm-19/bin/clang")
-    for node in ("build/scale.host.bc", "build/scale.sm_80.dev.s", "build/scale.x86_64.dev.o"):
+    for node in ("build/scale.host.bc", "build/scale.sm_80.dev.cubin.o", "build/scale.x86_64.dev.o"):
         assert f"+-{clang} size=" in tree(node), node
     assembled = tree("build/scale.sm_80.dev.cubin.o")
     ptxas = [line for line in assembled.splitlines() if line.startswith("  +-") and "/ptxas size=" in line]

@@ -10,6 +10,7 @@ build their emitters and renderers on these; :mod:`offload_builders.scons.tool` 
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import errno
 import functools
@@ -18,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +37,7 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders import device_libraries, leftovers, linking, models
+from offload_builders.content_records import ContentRecords
 from offload_builders.driver import BoundCommand, portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
@@ -363,18 +366,20 @@ COMMIT = SCons.Action.Action(_commit, None)
 
 
 def clean_leftovers(scratch_suffixes: Sequence[str] = ()) -> Callable:
-    """An emitter that, under ``scons -c``, has SCons remove the node's leftovers with the node
-    (:func:`clean_with_leftovers`)."""
+    """An emitter that does for the node what :func:`own_outputs` does (the name is from when that was
+    removing the node's leftovers under ``scons -c`` alone)."""
     def emitter(target, source, env):
-        clean_with_leftovers(env, target, scratch_suffixes)
+        own_outputs(env, target, scratch_suffixes)
         return target, source
     return emitter
 
 
-def clean_with_leftovers(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
-    """Under ``scons -c``, have SCons remove the nodes' leftovers with them.
+def own_outputs(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
+    """What the tool does for every node it makes: under ``scons -c`` it has SCons remove the nodes'
+    leftovers with them, and otherwise it reuses their recorded content signatures
+    (:func:`reuse_content_signatures`).
 
-    Their names are random, so they are found now, at read time (only when cleaning; one listing per
+    Leftovers have random names, so they are found now, at read time (only when cleaning; one listing per
     directory), and handed to ``env.Clean``; ``scratch_suffixes`` name the node's scratch directories
     (``<target>.inputs`` of a device link), which SCons removes with their contents. An emitter that makes
     nodes calls this for them (rather than giving their builders an emitter: SCons makes each builder
@@ -385,9 +390,56 @@ def clean_with_leftovers(env, nodes, scratch_suffixes: Sequence[str] = ()) -> No
             found = _LEFTOVERS.find(node.get_abspath(), suffix, scratch_suffixes)
             if found:
                 env.Clean(node, found)
+    else:
+        reuse_content_signatures(env, nodes)
 
 
-#: The emitter of every phase builder: see :func:`clean_leftovers`.
+#: Per project top directory: its content records and the nodes whose signatures go into them at exit.
+_CONTENT_RECORDS: dict[str, tuple[ContentRecords, list]] = {}
+
+#: The name of the content records' file in the project's top directory.
+CONTENT_RECORDS_FILE = ".sconsign.offload-contents"
+
+
+def reuse_content_signatures(env, nodes) -> None:
+    """Give each node whose file is the very file (by inode, size, modification and change time) whose
+    content signature an earlier run recorded that signature, so SCons does not hash it again; at exit,
+    record the signatures this run computed (see :mod:`offload_builders.content_records`: SCons hashes every
+    output younger than ``--max-drift`` on every run, our intermediates included, a no-op too)."""
+    top = env.Dir("#").abspath
+    entry = _CONTENT_RECORDS.get(top)
+    if entry is None:
+        if not _CONTENT_RECORDS:
+            atexit.register(_record_content_signatures)
+        records = ContentRecords(os.path.join(top, CONTENT_RECORDS_FILE),
+                                 SCons.Util.get_current_hash_algorithm_used(), time.time_ns())
+        entry = _CONTENT_RECORDS[top] = (records, [])
+    records, watched = entry
+    for node in nodes:
+        stat = node.stat()
+        if stat is not None:
+            signature = records.known(node.get_abspath(), stat)
+            if signature is not None:
+                node.get_ninfo().csig = signature
+    watched.extend(nodes)
+
+
+def _record_content_signatures() -> None:
+    """At exit: each watched node's content signature, if SCons computed one, with its file's identity now."""
+    if SCons.Script.GetOption("no_exec") or SCons.Script.GetOption("clean"):
+        return
+    for records, watched in _CONTENT_RECORDS.values():
+        for node in watched:
+            path = node.get_abspath()
+            try:
+                stat = os.stat(path) if node.rfile() is node else None
+            except OSError:
+                stat = None
+            records.note(path, stat, getattr(getattr(node, "ninfo", None), "csig", None))
+        records.save()
+
+
+#: The emitter of every phase builder: see :func:`own_outputs`.
 CLEAN_LEFTOVERS = clean_leftovers()
 
 

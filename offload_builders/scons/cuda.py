@@ -58,11 +58,11 @@ from offload_builders.scons import hip, openmp
 from offload_builders.scons.common import (
     SHARED_SOURCE_SCANNER,
     Renderer,
-    clean_with_leftovers,
     compile_flags,
     mark_model,
     model_targets_for,
     override_environment,
+    own_outputs,
     partial_path,
     phase_action,
     probe_cache_for,
@@ -173,7 +173,7 @@ def _cuid_value(template, env, source) -> dict[str, str]:
     return {"cuid": _cuid(env, source)} if "cuid" in template.slots else {}
 
 
-# No emitter: object_emitter hands their nodes to clean_with_leftovers itself.
+# No emitter: object_emitter hands their nodes to own_outputs itself.
 _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER,
                                         single_source=True)
 _ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
@@ -222,7 +222,7 @@ def _object_emitter(target, source, env):
                      if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {})
         device_side = _FATBIN_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, CUDA, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
-    clean_with_leftovers(env, [*made, *device_side])
+    own_outputs(env, [*made, *device_side])
     mark_model([obj, *made, *device_side], CUDA)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)

@@ -103,12 +103,12 @@ from offload_builders.scons.common import (
     OffloadLinkWarning,
     Renderer,
     check_tools_for,
-    clean_with_leftovers,
     compile_flags,
     depend_on_device_libraries,
     mark_model,
     model_targets_for,
     override_environment,
+    own_outputs,
     partial_path,
     phase_action,
     probe_cache_for,
@@ -294,7 +294,7 @@ def _bundle_action() -> SCons.Action.ListAction:
     ])
 
 
-# No emitter: object_emitter hands their nodes to clean_with_leftovers itself.
+# No emitter: object_emitter hands their nodes to own_outputs itself.
 _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER,
                                         single_source=True)
 _DEVICELINK_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICELINK"), single_source=True)
@@ -359,7 +359,7 @@ def _object_emitter(target, source, env):
     else:
         device_side = _BUNDLE_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, HIP, stem=stem))], images,
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
-    clean_with_leftovers(env, [*made, *device_side])
+    own_outputs(env, [*made, *device_side])
     mark_model([obj, *made, *device_side], HIP)
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)

@@ -1,10 +1,11 @@
 """The OpenMP model of the ``offload`` SCons tool: C and C++ sources where ``$OFFLOAD_MODEL`` is ``'openmp'``
 (the default).
 
-``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``), per target ID a
-device compile (``<stem>.<target>.dev<suffix>``, plus a ``ptxas`` node for NVPTX), and makes the object
-itself the package and embed steps (the package is the embed's input alone: a file of its own, written and
-read within the object's action, rather than a node of its own); the renderers ask
+``OffloadObject`` expands a C or C++ source into a host front end (``<stem>.host.bc``) and per target ID a
+device compile (``<stem>.<target>.dev<suffix>``; for NVPTX the compile and ``ptxas`` make one node, the cubin
+``<stem>.<target>.dev.cubin.o``), and makes the object itself the package and embed steps. A step's output
+that only the next step of the same node reads (NVPTX's PTX, the package) is a file written and read within
+the node's action rather than a node of its own: SCons' no-op cost grows with nodes. The renderers ask
 :class:`offload_builders.phases.PhaseModel` for the driver's own jobs. Its link-side pieces (the device
 runtime, the host runtime, the link tools' checks) serve ``OffloadProgram``, which every model shares
 (:mod:`offload_builders.scons.program`).
@@ -24,7 +25,7 @@ import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.errors import OffloadError
-from offload_builders.leftovers import PACKAGE_SUFFIX
+from offload_builders.leftovers import PACKAGE_SUFFIX, PTX_SUFFIX
 from offload_builders.phase_table import OPENMP, Phase, node_name
 from offload_builders.phases import (
     LANGUAGE_BY_SUFFIX,
@@ -36,11 +37,12 @@ from offload_builders.phases import (
     target_selection_flags,
 )
 from offload_builders.scons.common import (
+    COMMIT,
     REMOVE_STALE,
     SHARED_SOURCE_SCANNER,
+    PhaseCommandAction,
     Renderer,
     check_tools_for,
-    clean_with_leftovers,
     command_dependency_overrides,
     compile_flags,
     depend_on_device_libraries,
@@ -49,6 +51,7 @@ from offload_builders.scons.common import (
     mark_model,
     model_targets_for,
     override_environment,
+    own_outputs,
     partial_path,
     phase_action,
     set_default,
@@ -147,19 +150,27 @@ def _host_cc1(target, source, env, for_signature):
                                **dependency_values(steps.frontend, str(_object_of(target)[0])))
 
 
+def ptx_path(env, cubin) -> str:
+    """Where an NVPTX device node's compile writes the PTX that its ``ptxas`` step reads (and its last step
+    removes): a name made from the cubin's partial output, which the next run of the node sweeps if a build
+    is killed in between (:func:`offload_builders.leftovers.leftover_pattern`)."""
+    return partial_path(env, cubin) + PTX_SUFFIX
+
+
 @Renderer
 def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
+    output = partial_path(env, target[0]) if steps.assemble is None else ptx_path(env, target[0])
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              host_bc=str(source[1]), output=partial_path(env, target[0]))
+                              host_bc=str(source[1]), output=output)
 
 
 @Renderer
 def _assemble_cmd(target, source, env, for_signature):
-    original = env["_OFFLOAD_ORIGINAL_SOURCE"]
-    steps = _device_steps(env, target, [original], for_signature)
+    """``ptxas``, the second step of an NVPTX device node: the node's source is the original source."""
+    steps = _device_steps(env, target, source, for_signature)
     assert steps.assemble is not None
-    return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.assemble.bind(input=ptx_path(env, target[0]), output=partial_path(env, target[0]))
 
 
 def _object_inputs(target) -> tuple[Any, tuple[tuple[str, Any], ...]]:
@@ -214,6 +225,30 @@ def _package_in_process(target, source, env) -> int:
     return 0
 
 
+class _RemovePTX(SCons.Action.ActionBase):
+    """The NVPTX device node's last step: its PTX is in the cubin now. Its signature is its name (a function
+    action's would be its code's bytes, so editing the function would rebuild every NVPTX node)."""
+
+    def __call__(self, target, source, env, *args, **kwargs) -> int:
+        try:
+            os.unlink(ptx_path(env, target[0]))
+        except FileNotFoundError:
+            pass
+        return 0
+
+    def __str__(self) -> str:
+        return "remove the PTX"
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        return b"remove the PTX"
+
+    def get_implicit_deps(self, target, source, env, executor=None) -> list:
+        return []
+
+    def get_varlist(self, target, source, env, executor=None) -> tuple:
+        return ()
+
+
 def _remove_package(target, source, env) -> int:
     """After the embed: the package is in the object now."""
     try:
@@ -262,7 +297,7 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
         return ()
 
 
-# The phase builders have no emitter: object_emitter hands their nodes to clean_with_leftovers itself.
+# The phase builders have no emitter: object_emitter hands their nodes to own_outputs itself.
 _HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
                                                                      *phase_action("HOST").list]),
                                       source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
@@ -271,7 +306,11 @@ _HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIde
 _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER)
 
 
-_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
+#: NVPTX: the device compile to PTX and ``ptxas``, one node (its target the cubin).
+_NVPTX_DEVICE_BUILDER = SCons.Builder.Builder(
+    action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"),
+                                    COMMIT, _RemovePTX()]),
+    source_scanner=SHARED_SOURCE_SCANNER)
 
 
 def object_emitter(target, source, env):
@@ -306,21 +345,21 @@ def object_emitter(target, source, env):
     depend_on_program(env, host_bc, overrides, host.frontend)
     images, compiled = [], []  # images: per target ID (as text), its device image
     for tid, steps in plans.items():
-        compiled_name = node_name(Phase.DEVICE, OPENMP, stem=stem, target=tid.file_token,
-                                  suffix=steps.compile_suffix)
-        device = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid), **overrides}),
-                                 [directory.File(compiled_name)], [src] + host_bc)
+        if steps.assemble is None:
+            builder = _DEVICE_BUILDER
+            name = node_name(Phase.DEVICE, OPENMP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
+        else:
+            builder = _NVPTX_DEVICE_BUILDER
+            name = node_name(Phase.ASSEMBLE, OPENMP, stem=stem, target=tid.file_token, suffix=steps.image_suffix)
+        device = builder(override_environment(env, {"OFFLOAD_TARGET": str(tid), **overrides}),
+                         [directory.File(name)], [src] + host_bc)
         depend_on_program(env, device, overrides, steps.compile)
+        if steps.assemble is not None:
+            depend_on_program(env, device, overrides, steps.assemble)
         depend_on_device_libraries(env, device, steps.compile)
         compiled.extend(device)
-        if steps.assemble is not None:
-            cubin = node_name(Phase.ASSEMBLE, OPENMP, stem=stem, target=tid.file_token, suffix=steps.image_suffix)
-            device = _ASSEMBLE_BUILDER(env, [directory.File(cubin)], device, OFFLOAD_TARGET=str(tid),
-                                       _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
-            depend_on_program(env, device, overrides, steps.assemble)
-            compiled.extend(device)
         images.append((str(tid), device[0]))
-    clean_with_leftovers(env, [*host_bc, *compiled])
+    own_outputs(env, [*host_bc, *compiled])
     for node in [*host_bc, *compiled]:
         node.attributes.offload_object = obj
     mark_model([obj, *host_bc, *compiled], OPENMP)
