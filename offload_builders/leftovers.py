@@ -13,8 +13,9 @@ writes again, because their names are random:
   links, the host link) and ``clang-offload-packager`` write through it;
 * our own writers' temporaries (:mod:`offload_builders.formats`), ``.<partial>.<pid>.<n>.tmp``, the
   HIP fat binary's uncompressed bundle, ``<partial>.uncompressed``, an OpenMP object's package,
-  ``<partial>.package``, which its embed step reads (and their ``.<...>.<pid>.<n>.tmp``), and an OpenMP
-  NVPTX device node's PTX, ``<partial>.ptx``, which its ``ptxas`` step reads (and Clang's temporary of it);
+  ``<partial>.package``, which its embed step reads (and their ``.<...>.<pid>.<n>.tmp``), an OpenMP
+  NVPTX device node's PTX, ``<partial>.ptx``, which its ``ptxas`` step reads, and a HIP device node's
+  device object, ``<partial>.device.o``, which its device link reads (and Clang's temporaries of them);
 * a scratch directory that a node declares, such as the device link's ``<target>.inputs/``.
 
 Only names made from the node's own target match, so sweeping one node never touches another node's
@@ -43,8 +44,12 @@ PACKAGE_SUFFIX = ".package"
 #: assembles into the node's cubin.
 PTX_SUFFIX = ".ptx"
 
+#: The suffix (after the partial output's name) of the device object a HIP device node compiles and links
+#: into the node's code object.
+DEVICE_OBJECT_SUFFIX = ".device.o"
+
 #: The suffixes of the files a node's own steps write beside its partial output.
-_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX, PTX_SUFFIX)
+_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX, PTX_SUFFIX, DEVICE_OBJECT_SUFFIX)
 _SIDE_FILE = "(?:" + "|".join(re.escape(suffix) for suffix in _SIDE_SUFFIXES) + ")"
 
 
@@ -56,15 +61,21 @@ def llvm_extension(name: str) -> str:
     return "" if dot < 0 else name[dot:]
 
 
+def _clang_temporary(output: str) -> str:
+    """The pattern of Clang's ``-cc1`` temporary of ``output``: ``-XXXXXXXX`` (8 hex digits) before its last
+    extension and ``.tmp`` after it (``CompilerInstance::createOutputFile``)."""
+    extension = llvm_extension(output)
+    return re.escape(output[:len(output) - len(extension)]) + r"-[0-9a-f]{8}" + re.escape(extension) + r"\.tmp"
+
+
 @functools.lru_cache(maxsize=4096)
 def leftover_pattern(target_name: str, partial_suffix: str) -> re.Pattern[str]:
     """The names (in the target's directory) an interrupted command for ``target_name`` can leave."""
     partial = target_name + partial_suffix
-    extension = llvm_extension(partial)
-    stem = partial[:len(partial) - len(extension)]
     choices = [
-        re.escape(stem) + r"-[0-9a-f]{8}" + re.escape(extension) + r"\.tmp",  # clang -cc1
-        re.escape(partial) + r"-[0-9a-f]{8}" + _SIDE_FILE + r"\.tmp",  # clang -cc1 writing a side file (PTX)
+        _clang_temporary(partial),  # clang -cc1
+        _clang_temporary(partial + PTX_SUFFIX),  # clang -cc1 writing a side file
+        _clang_temporary(partial + DEVICE_OBJECT_SUFFIX),
         re.escape(partial) + f"(?:{re.escape(PACKAGE_SUFFIX)})?" + r"\.tmp[0-9a-f]{7}",  # FileOutputBuffer
         re.escape(partial) + _SIDE_FILE,  # the HIP fat binary before compression; a package
         r"\." + re.escape(partial) + f"{_SIDE_FILE}?" + r"\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs

@@ -100,6 +100,7 @@ PHASES: tuple[PhaseRow, ...] = (
     # HIP, per source: device compile, device link to a code object (or RDC: package), fat binary, host compile.
     PhaseRow(Phase.DEVICE, (HIP,), "device compile", "{stem}.{target}.dev{suffix}", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_DEVICE_CC1"),
+    # Not RDC, the device object is the link's input alone: the code object's node compiles, links and removes it.
     PhaseRow(Phase.DEVICELINK, (HIP,), "device link", "{stem}.{target}.hsaco", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_DEVICE_LINK_CMD"),
     PhaseRow(Phase.BUNDLE, (HIP,), "fat binary", "{stem}.hipfb", Scope.SOURCE, _C, _ACT, "offload_bundle"),

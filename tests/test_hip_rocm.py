@@ -175,7 +175,7 @@ def test_a_rocm_hip_program_builds_like_clang_and_links_the_hip_runtime(tmp_path
     assert "_Z1kPdPfi" in _symbols(llvm19, code_object, "--defined-only")
 
     # The device compile depends on the libraries it links (a new ROCm release compiles it again).
-    tree = _scons(root, "--tree=prune", "src/k.gfx90a.dev.o")
+    tree = _scons(root, "--tree=prune", "src/k.gfx90a.hsaco")
     assert f"+-{DEBIAN_ROCM_BITCODE}/ocml.bc" in tree and f"+-{DEBIAN_ROCM_BITCODE}/oclc_isa_version_90a.bc" in tree
 
     assert "libamdhip64.so.5" in _needed(program)

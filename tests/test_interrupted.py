@@ -188,7 +188,9 @@ def test_an_nvptx_device_nodes_ptx_is_swept_before_it_runs_and_by_scons_clean(tm
 def test_hip_nodes_leftovers_are_swept_and_cleaned(tmp_path):
     sample = Sample(tmp_path / "hip")
     planted = ("saxpy.hipfb.partial.uncompressed", ".saxpy.hipfb.partial.uncompressed.4242.3.tmp",
-               "saxpy.gfx942.hsaco.partial.tmp89abcde", "saxpy.gfx942.dev.o-89abcdef.partial.tmp",
+               "saxpy.gfx942.hsaco.partial.tmp89abcde",  # ld.lld, killed mid-link
+               "saxpy.gfx942.hsaco.partial.device.o",  # the device object, compiled, not yet linked
+               "saxpy.gfx942.hsaco.partial.device-89abcdef.o.tmp",  # clang -cc1 writing it, killed
                "stencil.o-00ff00ff.partial.tmp")
     build = sample.root / "build"
     _plant(build, planted + ("saxpy.hipfb.uncompressed",))

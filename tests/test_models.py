@@ -157,12 +157,12 @@ def test_each_model_takes_its_targets_of_one_list(project, llvm19):
     assert first.count("DEVICE", "omp") == 3 and first.count("ASSEMBLE", "omp") == 1
     assert first.count("DEVICE", "kern") == 1
     assert [target for phase, target in first.commands if phase == "DEVICE" and "kern" in target] == [
-        "kern.gfx90a.dev.o"]
+        "kern.gfx90a.hsaco"]
     assert _bundle_ids(llvm19, project.root / "kern.hipfb") == ["hipv4-amdgcn-amd-amdhsa--gfx90a"]
 
     added = project.scons("archs=x86_64,gfx90a,sm_80,gfx942")
     assert sorted(target for phase, target in added.commands if phase == "DEVICE") == [
-        "kern.gfx942.dev.o", "omp.gfx942.dev.bc"]
+        "kern.gfx942.hsaco", "omp.gfx942.dev.bc"]
     assert added.count("DEVICELINK", "kern") == 1 and added.count("ASSEMBLE") == 0
     assert _bundle_ids(llvm19, project.root / "kern.hipfb") == ["hipv4-amdgcn-amd-amdhsa--gfx90a",
                                                                  "hipv4-amdgcn-amd-amdhsa--gfx942"]

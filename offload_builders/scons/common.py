@@ -362,6 +362,42 @@ def _commit(target, source, env) -> int:
 REMOVE_STALE = SCons.Action.Action(_sweep_leftovers, None)
 
 
+def side_path(env, node, suffix: str) -> str:
+    """Where a step of ``node``'s action writes a file that only the next step reads (NVPTX's PTX, HIP's device
+    object, OpenMP's package): a name made from the node's partial output, which the next run of the node
+    sweeps if a build is killed in between (:func:`offload_builders.leftovers.leftover_pattern`)."""
+    return partial_path(env, node) + suffix
+
+
+class RemoveSideFile(SCons.Action.ActionBase):
+    """The last step of a node whose steps pass a file along (:func:`side_path`): the file is in the target
+    now. Its signature is its description (a function action's would be its code's bytes, so editing the
+    function would rebuild every such node)."""
+
+    def __init__(self, suffix: str, what: str) -> None:
+        self.suffix = suffix
+        self.description = f"remove {what}"
+
+    def __call__(self, target, source, env, *args, **kwargs) -> int:
+        try:
+            os.unlink(side_path(env, target[0], self.suffix))
+        except FileNotFoundError:
+            pass
+        return 0
+
+    def __str__(self) -> str:
+        return self.description
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        return self.description.encode()
+
+    def get_implicit_deps(self, target, source, env, executor=None) -> list:
+        return []
+
+    def get_varlist(self, target, source, env, executor=None) -> tuple:
+        return ()
+
+
 COMMIT = SCons.Action.Action(_commit, None)
 
 

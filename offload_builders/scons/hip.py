@@ -3,8 +3,9 @@
 ``OffloadObject`` expands one ``.hip`` source into build nodes that mirror what
 ``clang++ -x hip --offload-arch=... -c`` does in one process (see :mod:`offload_builders.hip_phases`):
 
-* default mode, per target ID in ``$OFFLOAD_ARCHS``: a device compile (``<stem>.<target>.dev.o``) and
-  a device link to a code object (``<stem>.<target>.hsaco``); then the fat binary (``<stem>.hipfb``),
+* default mode, per target ID in ``$OFFLOAD_ARCHS``: one node, the code object (``<stem>.<target>.hsaco``),
+  whose action is the device compile (to ``<stem>.<target>.hsaco.partial.device.o``, read by the next step
+  alone) and the device link; then the fat binary (``<stem>.hipfb``),
   written in-process by our bundle writer; then the host compile, which is the object itself and
   embeds the fat binary through ``-fcuda-include-gpubinary``;
 * relocatable-device-code mode (``$OFFLOAD_RDC`` or ``-fgpu-rdc`` in the flags; Clang's new
@@ -94,6 +95,7 @@ from offload_builders.hip_phases import (
     link_fatbin_spec,
     write_fatbin,
 )
+from offload_builders.leftovers import DEVICE_OBJECT_SUFFIX
 from offload_builders.phase_table import HIP, Phase, node_name, row
 from offload_builders.scons import openmp
 from offload_builders.scons.common import (
@@ -101,6 +103,8 @@ from offload_builders.scons.common import (
     REMOVE_STALE,
     SHARED_SOURCE_SCANNER,
     OffloadLinkWarning,
+    PhaseCommandAction,
+    RemoveSideFile,
     Renderer,
     check_tools_for,
     compile_flags,
@@ -114,6 +118,7 @@ from offload_builders.scons.common import (
     probe_cache_for,
     rdc_selected,
     set_default,
+    side_path,
     target_flags,
     toolchain_exists,
     toolchain_for,
@@ -199,20 +204,29 @@ def _cuid_value(steps_template, env, source) -> dict[str, str]:
     return {"cuid": _cuid(env, source)} if "cuid" in steps_template.slots else {}
 
 
+def device_object_path(env, code_object) -> str:
+    """Where a HIP device node's compile writes the device object that its link step reads (and its last step
+    removes; see :func:`~offload_builders.scons.common.side_path`)."""
+    return side_path(env, code_object, DEVICE_OBJECT_SUFFIX)
+
+
 @Renderer
 def _device_cc1(target, source, env, for_signature):
+    """A device compile: RDC's node is its output; otherwise the node is the code object, and the compile
+    writes the device object its link step reads."""
     steps = _device_steps(env, target, source, for_signature)
-    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              output=partial_path(env, target[0]),
+    output = partial_path(env, target[0]) if steps.link is None else device_object_path(env, target[0])
+    return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name, output=output,
                               **_cuid_value(steps.compile, env, source))
 
 
 @Renderer
 def _object_devicelink_cmd(target, source, env, for_signature):
-    steps = _device_steps(env, target, _original(env, source), for_signature)
+    """The link to the code object, the second step of a device node (whose source is the ``.hip`` file)."""
+    steps = _device_steps(env, target, source, for_signature)
     if steps.link is None:
         raise SCons.Errors.UserError(f"{target[0]}: RDC device code is linked by the linker wrapper, not per object")
-    return steps.link.bind(input=str(source[0]), output=partial_path(env, target[0]))
+    return steps.link.bind(input=device_object_path(env, target[0]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -297,7 +311,11 @@ def _bundle_action() -> SCons.Action.ListAction:
 # No emitter: object_emitter hands their nodes to own_outputs itself.
 _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER,
                                         single_source=True)
-_DEVICELINK_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICELINK"), single_source=True)
+#: Not RDC: the device compile and its link to the code object, one node (its target the code object).
+_DEVICE_AND_LINK_BUILDER = SCons.Builder.Builder(
+    action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("DEVICELINK"),
+                                    COMMIT, RemoveSideFile(DEVICE_OBJECT_SUFFIX, "the device object")]),
+    source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 _BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))
 
@@ -338,16 +356,16 @@ def _object_emitter(target, source, env):
 
     images, made = [], []
     for tid, steps in plans.items():
-        compiled_name = node_name(Phase.DEVICE, HIP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
-        device = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
-                                 [directory.File(compiled_name)], [src])
+        if steps.link is None:  # RDC: the device compile's output goes into the package
+            builder = _DEVICE_BUILDER
+            name = node_name(Phase.DEVICE, HIP, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
+        else:  # the code object, of the device object the node's compile writes for its link
+            builder = _DEVICE_AND_LINK_BUILDER
+            name = node_name(Phase.DEVICELINK, HIP, stem=stem, target=tid.file_token)
+        device = builder(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
+                         [directory.File(name)], [src])
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
         made.extend(device)
-        if steps.link is not None:
-            code_object = node_name(Phase.DEVICELINK, HIP, stem=stem, target=tid.file_token)
-            device = _DEVICELINK_BUILDER(env, [directory.File(code_object)], device,
-                                         OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
-            made.extend(device)
         images.extend(device)
     order = tuple(str(tid) for tid in plans)
     if host.rdc:

@@ -41,6 +41,7 @@ from offload_builders.scons.common import (
     REMOVE_STALE,
     SHARED_SOURCE_SCANNER,
     PhaseCommandAction,
+    RemoveSideFile,
     Renderer,
     check_tools_for,
     command_dependency_overrides,
@@ -55,6 +56,7 @@ from offload_builders.scons.common import (
     partial_path,
     phase_action,
     set_default,
+    side_path,
     target_flags,
     toolchain_for,
     top_directory,
@@ -152,9 +154,8 @@ def _host_cc1(target, source, env, for_signature):
 
 def ptx_path(env, cubin) -> str:
     """Where an NVPTX device node's compile writes the PTX that its ``ptxas`` step reads (and its last step
-    removes): a name made from the cubin's partial output, which the next run of the node sweeps if a build
-    is killed in between (:func:`offload_builders.leftovers.leftover_pattern`)."""
-    return partial_path(env, cubin) + PTX_SUFFIX
+    removes; see :func:`~offload_builders.scons.common.side_path`)."""
+    return side_path(env, cubin, PTX_SUFFIX)
 
 
 @Renderer
@@ -185,7 +186,7 @@ def package_path(env, obj) -> str:
     """Where the object's action writes its package for the embed step to read (and then removes): a name
     made from the object's partial output, so a build killed in between leaves a file the next run of the
     object sweeps (:func:`offload_builders.leftovers.leftover_pattern`)."""
-    return partial_path(env, obj) + PACKAGE_SUFFIX
+    return side_path(env, obj, PACKAGE_SUFFIX)
 
 
 @Renderer
@@ -223,30 +224,6 @@ def _package_in_process(target, source, env) -> int:
             images.extend(packager_images(str(arg)[len("--image="):], table))
     write_offload_binaries(images, package_path(env, target[0]))
     return 0
-
-
-class _RemovePTX(SCons.Action.ActionBase):
-    """The NVPTX device node's last step: its PTX is in the cubin now. Its signature is its name (a function
-    action's would be its code's bytes, so editing the function would rebuild every NVPTX node)."""
-
-    def __call__(self, target, source, env, *args, **kwargs) -> int:
-        try:
-            os.unlink(ptx_path(env, target[0]))
-        except FileNotFoundError:
-            pass
-        return 0
-
-    def __str__(self) -> str:
-        return "remove the PTX"
-
-    def get_presig(self, target, source, env, executor=None) -> bytes:
-        return b"remove the PTX"
-
-    def get_implicit_deps(self, target, source, env, executor=None) -> list:
-        return []
-
-    def get_varlist(self, target, source, env, executor=None) -> tuple:
-        return ()
 
 
 def _remove_package(target, source, env) -> int:
@@ -309,7 +286,7 @@ _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_sc
 #: NVPTX: the device compile to PTX and ``ptxas``, one node (its target the cubin).
 _NVPTX_DEVICE_BUILDER = SCons.Builder.Builder(
     action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"),
-                                    COMMIT, _RemovePTX()]),
+                                    COMMIT, RemoveSideFile(PTX_SUFFIX, "the PTX")]),
     source_scanner=SHARED_SOURCE_SCANNER)
 
 
