@@ -333,6 +333,33 @@ def test_a_tree_built_with_nodes_now_folded_reruns_them_once_and_links_nothing(p
     assert not list((project.root / "build").glob("*.ptx")), sorted((project.root / "build").iterdir())
 
 
+#: The last commit whose HIP objects had a device compile node of their own (``<stem>.<target>.dev.o``) before
+#: the code object's.
+BEFORE_HIP_LINK_IN_DEVICE_NODE = "4919ff7"
+
+
+def test_a_hip_tree_built_with_device_object_nodes_compiles_and_links_its_code_objects_once(tmp_path):
+    """HIP's device compile became the first step of the code object's node: a tree built before reruns each
+    device compile and link once, which give the same code objects, so no fat binary, host compile or
+    archive runs again; the old device objects are no longer the build's."""
+    from test_hip import Sample
+
+    earlier = checkout_of(BEFORE_HIP_LINK_IN_DEVICE_NODE, tmp_path / "earlier")
+    sample = Sample(tmp_path / "hip")
+    run_scons(sample.root, env=earlier)
+    build = sample.root / "build"
+    outputs = {path.name: path.read_bytes() for path in build.iterdir() if path.suffix in (".hsaco", ".hipfb", ".o")}
+    code_objects = sorted(name for name in outputs if name.endswith(".hsaco"))
+    assert len(code_objects) >= 2, sorted(outputs)
+    upgraded = sample.scons()  # the sample's own messages, read by test_hip's Build
+    assert collections.Counter(phase for phase, _ in upgraded.commands) == {
+        "DEVICE": len(code_objects), "DEVICELINK": len(code_objects)}, upgraded.output
+    assert sorted(target.rpartition("/")[2] for phase, target in upgraded.commands if phase == "DEVICE") == code_objects
+    assert {name: (build / name).read_bytes() for name in outputs} == outputs
+    assert sample.scons().commands == []
+    assert not list(build.glob("*.device.o")), sorted(build.iterdir())
+
+
 def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19, cuda):
     """Speeding up how commands and signatures are rendered must not change them: what the code of
     :data:`SIGNATURES_OF` built (OpenMP for the host CPU, NVPTX and AMDGPU; HIP and CUDA objects and
