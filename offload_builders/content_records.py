@@ -8,9 +8,11 @@ was hashed still has that content. No user or tool can set the change time (``to
 cache retrieval, a checkout and an editor's rewrite all give a new one, and a new inode for a new file), so
 a rewrite with a restored modification time is caught too.
 
-The racy case (a file rewritten within the same clock tick as its hash, keeping its size) is excluded by
-recording only files whose last change was :data:`SETTLED_NS` or more before the run that hashed them
-started; a file changed since is recorded by a later run.
+A signature is recorded only for a file whose identity at the end of the run is the one it had at its
+start, before anything was hashed (so a change during the run, whatever a network file system's clock
+stamps it with, is never recorded), and whose last change was :data:`SETTLED_NS` or more before the run
+started (so a rewrite within the clock tick of that change, keeping the size, cannot pass for it: the
+racy case of Git's index). A file changed since is recorded by a later run.
 
 This module has no SCons imports: :mod:`offload_builders.scons.common` applies it to our nodes.
 """
@@ -61,19 +63,26 @@ class ContentRecords:
         entry = self._records.get(path)
         return entry[1] if entry is not None and entry[0] == identity(stat) else None
 
-    def note(self, path: str, stat: os.stat_result | None, signature: Any) -> None:
-        """Record ``signature`` as the content of ``path`` with identity ``stat`` (taken after the signature
-        was computed) if the file was last changed well before this run started; otherwise forget the path,
-        unless its record still matches."""
-        if stat is not None and isinstance(signature, str) and signature and \
-                max(stat.st_mtime_ns, stat.st_ctime_ns) <= self.started_ns - SETTLED_NS:
-            entry = (identity(stat), signature)
+    def note(self, path: str, before: os.stat_result | None, after: os.stat_result | None, signature: Any) -> None:
+        """Record ``signature`` as the content of ``path`` if the file had the same identity before the
+        signature could have been computed (``before``: at the start of the run) and after (``after``: at its
+        end), and was last changed well before the run started; otherwise forget the path, unless its record
+        still matches the file. (With ``before`` the record needs no trust in clocks for a change during the
+        run; the settling time covers a change within the clock tick before it.)"""
+        now = identity(after) if after is not None else None
+        if self._settled(after) and before is not None and identity(before) == now and \
+                isinstance(signature, str) and signature:
+            assert now is not None
+            entry = (now, signature)
             if self._records.get(path) != entry:
                 self._records[path] = entry
                 self._changed = True
-        elif path in self._records and (stat is None or self._records[path][0] != identity(stat)):
+        elif path in self._records and self._records[path][0] != now:
             del self._records[path]
             self._changed = True
+
+    def _settled(self, stat: os.stat_result | None) -> bool:
+        return stat is not None and max(stat.st_mtime_ns, stat.st_ctime_ns) <= self.started_ns - SETTLED_NS
 
     def save(self) -> None:
         """Write the records if they changed (through a temporary file, so a killed run leaves the old ones)."""

@@ -19,7 +19,7 @@ def test_a_settled_file_is_known_by_its_identity_in_the_next_run(tmp_path):
     output = tmp_path / "x.bc"
     output.write_bytes(b"device code")
     records = _records(tmp_path, time.time_ns() + LATER)
-    records.note(str(output), output.stat(), "sig-1")
+    records.note(str(output), output.stat(), output.stat(), "sig-1")
     records.save()
     again = _records(tmp_path, time.time_ns() + LATER)
     assert again.known(str(output), output.stat()) == "sig-1"
@@ -31,7 +31,7 @@ def test_a_file_changed_shortly_before_the_run_is_not_recorded(tmp_path):
     output = tmp_path / "x.bc"
     output.write_bytes(b"device code")
     records = _records(tmp_path, time.time_ns())
-    records.note(str(output), output.stat(), "sig-1")
+    records.note(str(output), output.stat(), output.stat(), "sig-1")
     records.save()
     assert _records(tmp_path, time.time_ns() + LATER).known(str(output), output.stat()) is None
     assert not (tmp_path / "records").exists()
@@ -41,7 +41,7 @@ def test_a_rewrite_with_the_same_size_and_modification_time_is_not_the_recorded_
     output = tmp_path / "x.bc"
     output.write_bytes(b"device code")
     records = _records(tmp_path, time.time_ns() + LATER)
-    records.note(str(output), output.stat(), "sig-1")
+    records.note(str(output), output.stat(), output.stat(), "sig-1")
     before = output.stat()
     time.sleep(0.02)  # past a clock tick, as any later edit is
     with output.open("r+b") as stream:
@@ -56,17 +56,32 @@ def test_a_rewrite_with_the_same_size_and_modification_time_is_not_the_recorded_
     assert records.known(str(output), output.stat()) is None
 
 
+def test_a_file_changed_during_the_run_is_not_recorded_whatever_its_clock_says(tmp_path):
+    """The signature may have been computed before the change: the identity before the run must be the one
+    after it (a network file system's clock can put a change during the run seconds in the past)."""
+    output = tmp_path / "x.bc"
+    output.write_bytes(b"device code")
+    before = output.stat()
+    records = _records(tmp_path, time.time_ns() + LATER)
+    time.sleep(0.02)
+    output.write_bytes(b"other code!")
+    records.note(str(output), before, output.stat(), "sig-of-device-code")
+    assert records.known(str(output), output.stat()) is None
+    records.note(str(output), output.stat(), output.stat(), "sig-of-other-code")
+    assert records.known(str(output), output.stat()) == "sig-of-other-code"
+
+
 def test_a_changed_or_missing_file_loses_its_record_and_a_broken_file_is_ignored(tmp_path):
     output = tmp_path / "x.bc"
     output.write_bytes(b"device code")
     records = _records(tmp_path, time.time_ns() + LATER)
-    records.note(str(output), output.stat(), "sig-1")
+    records.note(str(output), output.stat(), output.stat(), "sig-1")
     records.save()
     records = _records(tmp_path, time.time_ns())  # this run rewrites the file: no record for it, nor the old one
     output.write_bytes(b"other code!")
-    records.note(str(output), output.stat(), "sig-2")
+    records.note(str(output), output.stat(), output.stat(), "sig-2")
     records.save()
     assert _records(tmp_path, time.time_ns() + LATER).known(str(output), output.stat()) is None
-    records.note(str(output), None, None)
+    records.note(str(output), None, None, None)
     (tmp_path / "records").write_bytes(b"\x00not marshal")
     assert _records(tmp_path, time.time_ns() + LATER).known(str(output), output.stat()) is None

@@ -430,8 +430,9 @@ def own_outputs(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
         reuse_content_signatures(env, nodes)
 
 
-#: Per project top directory: its content records and the nodes whose signatures go into them at exit.
-_CONTENT_RECORDS: dict[str, tuple[ContentRecords, list]] = {}
+#: Per project top directory: its content records, and the nodes whose signatures go into them at exit with
+#: their files' stat when the SConscripts were read (before SCons hashed anything).
+_CONTENT_RECORDS: dict[str, tuple[ContentRecords, list[tuple[Any, os.stat_result | None]]]] = {}
 
 #: The name of the content records' file in the project's top directory.
 CONTENT_RECORDS_FILE = ".sconsign.offload-contents"
@@ -457,21 +458,22 @@ def reuse_content_signatures(env, nodes) -> None:
             signature = records.known(node.get_abspath(), stat)
             if signature is not None:
                 node.get_ninfo().csig = signature
-    watched.extend(nodes)
+        watched.append((node, stat))
 
 
 def _record_content_signatures() -> None:
-    """At exit: each watched node's content signature, if SCons computed one, with its file's identity now."""
+    """At exit: each watched node's content signature, if SCons computed one, for its file if the file is the
+    one it was when the SConscripts were read."""
     if SCons.Script.GetOption("no_exec") or SCons.Script.GetOption("clean"):
         return
     for records, watched in _CONTENT_RECORDS.values():
-        for node in watched:
+        for node, before in watched:
             path = node.get_abspath()
             try:
-                stat = os.stat(path) if node.rfile() is node else None
+                after = os.stat(path) if node.rfile() is node else None
             except OSError:
-                stat = None
-            records.note(path, stat, getattr(getattr(node, "ninfo", None), "csig", None))
+                after = None
+            records.note(path, before, after, getattr(getattr(node, "ninfo", None), "csig", None))
         records.save()
 
 
