@@ -15,12 +15,18 @@ def _records(tmp_path: Path, started_ns: int, hash_format: str = "md5") -> Conte
     return ContentRecords(str(tmp_path / "records"), hash_format, started_ns)
 
 
-def test_a_settled_file_is_known_by_its_identity_in_the_next_run(tmp_path):
+def _recorded(tmp_path: Path) -> Path:
+    """An output whose signature ``sig-1`` a run that started well after it was written recorded and saved."""
     output = tmp_path / "x.bc"
     output.write_bytes(b"device code")
     records = _records(tmp_path, time.time_ns() + LATER)
     records.note(str(output), output.stat(), output.stat(), "sig-1")
     records.save()
+    return output
+
+
+def test_a_settled_file_is_known_by_its_identity_in_the_next_run(tmp_path):
+    output = _recorded(tmp_path)
     again = _records(tmp_path, time.time_ns() + LATER)
     assert again.known(str(output), output.stat()) == "sig-1"
     assert _records(tmp_path, time.time_ns(), hash_format="sha256").known(str(output), output.stat()) is None
@@ -72,11 +78,8 @@ def test_a_file_changed_during_the_run_is_not_recorded_whatever_its_clock_says(t
 
 
 def test_a_changed_or_missing_file_loses_its_record_and_a_broken_file_is_ignored(tmp_path):
-    output = tmp_path / "x.bc"
-    output.write_bytes(b"device code")
-    records = _records(tmp_path, time.time_ns() + LATER)
-    records.note(str(output), output.stat(), output.stat(), "sig-1")
-    records.save()
+    output = _recorded(tmp_path)
+    assert _records(tmp_path, time.time_ns()).known(str(output), output.stat()) == "sig-1"
     records = _records(tmp_path, time.time_ns())  # this run rewrites the file: no record for it, nor the old one
     output.write_bytes(b"other code!")
     records.note(str(output), output.stat(), output.stat(), "sig-2")
