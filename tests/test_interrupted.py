@@ -224,6 +224,38 @@ def _kill_when(project: Project, line_start: str, *args: str) -> list[str]:
     return seen
 
 
+def _kill_while_a_link_has_its_tmpdir(project: Project, tmpdir: Path, *args: str) -> None:
+    """Run ``scons`` with ``$TMPDIR`` set to ``tmpdir`` and SIGKILL its process group once a link's private
+    ``$TMPDIR`` (``offload-tmp-*``) exists, in ``tmpdir`` or in a node's scratch directory under ``build/``."""
+    proc = subprocess.Popen([SCONS, "-Q", *args], cwd=project.root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=dict(os.environ, TMPDIR=str(tmpdir)))
+    deadline = time.monotonic() + 600
+    while not (list(tmpdir.glob("offload-tmp-*")) or list((project.root / "build").glob("*/offload-tmp-*"))):
+        assert proc.poll() is None, "the build ended before a link made its $TMPDIR"
+        assert time.monotonic() < deadline, "no link made its $TMPDIR"
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    while _group_alive(proc.pid):
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("args", [("archs=sm_80",), ("archs=gfx90a", "groups=1")], ids=["nvptx-runtime", "groups"])
+def test_a_killed_runtime_or_group_link_leaves_its_temporaries_in_the_build_not_in_tmpdir(tmp_path, args):
+    """The NVPTX device runtime's link (the first link of an sm_80 program with a generic kernel) and an
+    image group's link run with a ``$TMPDIR`` inside their node's scratch directory: killed, they leave
+    nothing in the user's ``$TMPDIR``, and the next build sweeps what they left and builds the program."""
+    project = Project(tmp_path / "proj")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    _kill_while_a_link_has_its_tmpdir(project, tmpdir, *args)
+    assert sorted(os.listdir(tmpdir)) == []
+    project.scons(*args)
+    assert _leftovers(project.root / "build") == []
+    assert not list((project.root / "build").rglob("offload-tmp-*"))
+    assert (project.root / "build" / "prog").exists()  # (sm_80 and gfx90a programs cannot run here)
+
+
 def test_cache_retrievals_of_a_killed_build_are_not_taken_as_up_to_date_after_a_branch_switch(tmp_path):
     """A CacheDir retrieval writes an output SCons records only when the build ends, as a command does. Built
     for FACTOR 4.0 (recorded), switched back to 3.0 and killed after the objects were retrieved, switched to

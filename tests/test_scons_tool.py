@@ -44,6 +44,8 @@ SCONSTRUCT = textwrap.dedent("""
     if ARGUMENTS.get("runtime_phases"):  # the NVPTX device runtime's nodes (offload_builders.nvptx_runtime)
         for phase in ("RUNTIMESYMS", "RUNTIMELINK"):
             env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
+    if ARGUMENTS.get("groups"):
+        env["OFFLOAD_IMAGE_GROUPS"] = True
     if ARGUMENTS.get("nvptx_runtime_node"):
         env["OFFLOAD_NVPTX_RUNTIME_NODE"] = ARGUMENTS["nvptx_runtime_node"] == "1"
     if ARGUMENTS.get("target_flags"):
@@ -219,6 +221,16 @@ def test_builds_and_runs_on_the_offload_device(project):
     run = project.run_program()
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "on_device=1 sum=6048\n"
+
+
+def test_image_groups_build_a_program_whose_sconscript_is_in_a_variant_directory(project):
+    """The wrap of an image-group program reads the plan node, named as SCons names it at build time (its path
+    taken while the SConscript was read, relative to the variant directory, was not found)."""
+    build = project.scons("groups=1")
+    assert build.count("WRAP") == 1 and build.count("LINK") == 1, build.output
+    run = project.run_program()
+    assert run.returncode == 0 and run.stdout == "on_device=1 sum=6048\n", run.stdout + run.stderr
+    assert project.scons("groups=1").commands == []
 
 
 def test_no_op_rebuild_runs_no_command(project):

@@ -110,7 +110,7 @@ def offload_group_link(target, source, env) -> int:
             stem = os.path.join(cache, image_groups.link_key(argv, keyed, placeholder, [argv[0], *programs]))
             image = next((path for path in (stem + ".img", stem + POOL_SUFFIX) if os.path.exists(path)), "")
             if not image:
-                _run_link(env, tid, argv, placeholder, target[0], group)
+                _run_link(env, tid, argv, placeholder, target[0], group, scratch)
                 uses_pool = False
                 if tid.kind == "amdgpu":
                     objcopy = str(toolchain.tool("llvm-objcopy"))
@@ -145,11 +145,14 @@ def offload_group_link(target, source, env) -> int:
     return 0
 
 
-def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, node, group: image_groups.ImageGroup) -> None:
-    """Run one group's device link to ``placeholder``; the caller moves it into the cache once complete."""
+def _run_link(env, tid: TargetID, argv: list[str], placeholder: str, node, group: image_groups.ImageGroup,
+              scratch: str) -> None:
+    """Run one group's device link to ``placeholder``; the caller moves it into the cache once complete. Its
+    ``$TMPDIR`` is a directory of its own in the node's scratch directory ``scratch``, which the node removes
+    when it ends and ``scons -c`` removes after a killed build."""
     if not SCons.Script.GetOption("silent"):
         print(" ".join(argv))
-    with leftovers.private_tmpdir({k: str(v) for k, v in env["ENV"].items()}) as environ:
+    with leftovers.private_tmpdir({k: str(v) for k, v in env["ENV"].items()}, scratch) as environ:
         done = subprocess.run(argv, env=environ, stderr=subprocess.PIPE, check=False)
     messages = done.stderr.decode(errors="replace")
     if messages:
@@ -246,7 +249,8 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
         heaps.append(image[1])
     wrapper_name = node_name(Phase.WRAP, OPENMP, LINK, program=stem, obj=env.subst("$OBJSUFFIX"))
     wrapper = wrap_builder(env, [directory.File(wrapper_name)], images + heaps + [plan[0]],
-                           _OFFLOAD_WRAP_TARGETS=labels, _OFFLOAD_GROUP_PLAN=str(plan[0]), **wrap_overrides)
+                           # the node, not its path: read in a variant directory, str() is relative to it
+                           _OFFLOAD_WRAP_TARGETS=labels, _OFFLOAD_GROUP_PLAN=plan[0], **wrap_overrides)
     program.attributes.offload_wrapper = wrapper[0]
     env.Depends(program, wrapper)
     return images

@@ -29,6 +29,7 @@ only HIP code whose link needs a device-runtime member gets OpenMP's registratio
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 
 import SCons.Builder
@@ -184,8 +185,9 @@ def offload_runtime_link(target, source, env) -> int:
 
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     job = _lto_job(target, source, env)
-    scratch = str(target[0]) + ".inputs"
-    os.makedirs(scratch, exist_ok=True)
+    scratch = str(target[0]) + ".inputs"  # with the link's $TMPDIR: what a killed run left goes first
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
     try:
         if job is None:
             open(partial_path(env, target[0]), "wb").close()
@@ -197,9 +199,7 @@ def offload_runtime_link(target, source, env) -> int:
     except OffloadError as error:
         raise SCons.Errors.BuildError(node=target[0], errstr=str(error)) from None
     finally:
-        for name in os.listdir(scratch):
-            os.unlink(os.path.join(scratch, name))
-        os.rmdir(scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
