@@ -48,8 +48,11 @@ PTX_SUFFIX = ".ptx"
 #: into the node's code object.
 DEVICE_OBJECT_SUFFIX = ".device.o"
 
+#: The suffixes of the side files a Clang ``-cc1`` step writes (through a temporary of its own).
+_COMPILED_SIDE_SUFFIXES = (PTX_SUFFIX, DEVICE_OBJECT_SUFFIX)
+
 #: The suffixes of the files a node's own steps write beside its partial output.
-_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX, PTX_SUFFIX, DEVICE_OBJECT_SUFFIX)
+_SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX, *_COMPILED_SIDE_SUFFIXES)
 _SIDE_FILE = "(?:" + "|".join(re.escape(suffix) for suffix in _SIDE_SUFFIXES) + ")"
 
 
@@ -74,8 +77,7 @@ def leftover_pattern(target_name: str, partial_suffix: str) -> re.Pattern[str]:
     partial = target_name + partial_suffix
     choices = [
         _clang_temporary(partial),  # clang -cc1
-        _clang_temporary(partial + PTX_SUFFIX),  # clang -cc1 writing a side file
-        _clang_temporary(partial + DEVICE_OBJECT_SUFFIX),
+        *(_clang_temporary(partial + suffix) for suffix in _COMPILED_SIDE_SUFFIXES),  # ... writing a side file
         re.escape(partial) + f"(?:{re.escape(PACKAGE_SUFFIX)})?" + r"\.tmp[0-9a-f]{7}",  # FileOutputBuffer
         re.escape(partial) + _SIDE_FILE,  # the HIP fat binary before compression; a package
         r"\." + re.escape(partial) + f"{_SIDE_FILE}?" + r"\.[0-9]+\.[0-9]+\.tmp",  # formats' Outputs

@@ -183,9 +183,8 @@ def _object_inputs(target) -> tuple[Any, tuple[tuple[str, Any], ...]]:
 
 
 def package_path(env, obj) -> str:
-    """Where the object's action writes its package for the embed step to read (and then removes): a name
-    made from the object's partial output, so a build killed in between leaves a file the next run of the
-    object sweeps (:func:`offload_builders.leftovers.leftover_pattern`)."""
+    """Where the object's action writes its package for the embed step to read (and then removes; see
+    :func:`~offload_builders.scons.common.side_path`)."""
     return side_path(env, obj, PACKAGE_SUFFIX)
 
 
