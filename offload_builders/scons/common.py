@@ -14,6 +14,7 @@ import atexit
 import collections
 import errno
 import functools
+import gc
 import hashlib
 import os
 import re
@@ -420,6 +421,7 @@ def own_outputs(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
     (``<target>.inputs`` of a device link), which SCons removes with their contents. An emitter that makes
     nodes calls this for them (rather than giving their builders an emitter: SCons makes each builder
     call with an emitter look its nodes up twice)."""
+    freeze_declared_graph()
     if SCons.Script.GetOption("clean"):
         suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
         for node in nodes:
@@ -428,6 +430,20 @@ def own_outputs(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
                 env.Clean(node, found)
     else:
         reuse_content_signatures(env, nodes)
+
+
+def freeze_declared_graph() -> None:
+    """While SCons reads the SConscripts, take everything made so far out of the cyclic garbage collector's
+    reach (``gc.freeze()``, constant time).
+
+    The nodes, executors and environments a build declares live until the process exits, yet CPython's
+    collector walks them all again in each full collection, and once more at exit: for 256 sources x 8
+    targets (2600 nodes) about 0.25 s of a 1.5 s no-op. Frozen, they are skipped; what the build phase
+    makes is collected as before. The cost: cyclic garbage made while reading, before the last freeze, is
+    reclaimed only at exit. Outside the reading of SConscripts (the tool used from a Python program or a
+    test) nothing is frozen."""
+    if SCons.Script.sconscript_reading:
+        gc.freeze()
 
 
 #: Per project top directory: its content records, and the nodes whose signatures go into them at exit with
