@@ -15,17 +15,17 @@ Timings on a shared machine are noisy: run several rounds before believing a sma
 
 ``--scale`` measures instead how the two sides grow with sources x targets (``--points``, default
 ``8x4,64x4,256x8``): full builds (-j1, -j2), the edit loop (edit one source's device code, rebuild the
-program, -j2) and the no-op (-j2). Points with more than ``--real-up-to`` sources (default 64), and every
-point with ``--no-op-only``, get a *generated* tree instead of a compiled one: both sides compile one
-kernel and ``main.cpp`` for real (the template), then SCons builds the whole graph once with a ``$SPAWN``
-that copies the template's output of each command instead of running it (kernel_<n>'s file from
-kernel_0's). ``$SPAWN`` is in no signature, so SCons records exactly the signatures a real build would,
-and the timed no-ops run with SCons' own ``$SPAWN`` over real files and real signatures. (Such a tree
-cannot be edited and relinked: its objects define the same symbols; the edit loop is measured on
-compiled points only.) Each point also has an "SCons floor" row: the no-op of a trivial tree with as many
-nodes as ours built (each copies a seed file in-process), against the driver's no-op: what SCons itself
-costs for a graph of that size, which no code of ours can cut. It writes the table and a plot
-(``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[bench]``) to ``--output-dir``.
+program, -j2) and the no-op (-j2), with the no-op's peak memory (the SCons process's own). Points with more
+than ``--real-up-to`` sources (default 64), and every point with ``--no-op-only``, get a *generated* tree
+instead of a compiled one: both sides compile one kernel and ``main.cpp`` for real (the template), then
+SCons builds the whole graph once with a ``$SPAWN`` that copies the template's output of each command
+instead of running it (kernel_<n>'s file from kernel_0's). ``$SPAWN`` is in no signature, so SCons records
+exactly the signatures a real build would, and the timed no-ops run with SCons' own ``$SPAWN`` over real
+files and real signatures. (Such a tree cannot be edited and relinked: its objects define the same symbols;
+the edit loop is measured on compiled points only.) Each point also has an "SCons floor" row: the no-op of
+a trivial tree with as many nodes as ours built (each copies a seed file in-process), against the driver's
+no-op: what SCons itself costs for a graph of that size, which no code of ours can cut. It writes the table
+and a plot (``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[bench]``) to ``--output-dir``.
 
 ``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
 headers: every phase node of a source depends on them (both sides).
@@ -80,6 +80,9 @@ SCONSTRUCT = textwrap.dedent("""
     if "decider" in ARGUMENTS:  # --decider: the project's choice, the same on both sides
         env.Decider(ARGUMENTS["decider"])
     Alias("objects", objects)
+    if "report_memory" in ARGUMENTS:  # this process's own peak (the driver's side runs clang probes, larger)
+        import atexit, resource
+        atexit.register(lambda: print("peak-memory-kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     if "template" in ARGUMENTS:  # a generated tree (bench_build --scale): copy the template's outputs
         import os, re, shlex, shutil
 
@@ -156,13 +159,25 @@ OURS_MODE = "ours"
 ENVIRON = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
-def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> float:
+def scons_command(mode: str, archs: list[str], jobs: int, *extra: str) -> list[str]:
     decider = [f"decider={DECIDER}"] if DECIDER else []
     mode = OURS_MODE if mode == "ours" else mode
+    return [SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *extra]
+
+
+def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> float:
     start = time.perf_counter()
-    subprocess.run([SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *extra],
-                   cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)
+    subprocess.run(scons_command(mode, archs, jobs, *extra), cwd=root, check=True, stdout=subprocess.DEVNULL,
+                   env=ENVIRON)
     return time.perf_counter() - start
+
+
+def peak_memory_mb(root: Path, mode: str, archs: list[str], jobs: int) -> float:
+    """The SCons process's own peak resident memory in a run (MB), as the SConstruct reports it at exit."""
+    done = subprocess.run(scons_command(mode, archs, jobs, "report_memory=1"), cwd=root, check=True,
+                          capture_output=True, text=True, env=ENVIRON)
+    reported = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("peak-memory-kb ")]
+    return int(reported[-1]) / 1024
 
 
 def clean(root: Path) -> None:
@@ -343,6 +358,8 @@ def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bo
     else:
         generated_build(scratch, roots, archs)
     rows.append(("no-op rebuild, -j2", best(roots, repeat, noop(archs, 2))))
+    memory = {mode: peak_memory_mb(root, mode, archs, 2) for mode, root in roots.items()}  # the tree is up to date
+    rows.append((PEAK_MEMORY_ROW, {**memory, "ratio": memory["ours"] / memory["mono"]}))
     # What SCons alone costs for as many nodes as ours built: the part of our no-op no code of ours can cut.
     nodes = built_nodes(roots["ours"])
     floor = scratch / f"floor-{sources}x{targets}"
@@ -354,12 +371,17 @@ def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bo
     return rows
 
 
+#: The scale points' memory row (MB, not seconds: not in the plot).
+PEAK_MEMORY_ROW = "no-op peak memory (MB), one run"
+
+
 def print_table(title: str, rows: list[Row], file=None) -> None:
     print(f"\n{title}", file=file)
     print(f"{'scenario':<40} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10} {'median':>7}", file=file)
     for name, times in rows:
-        print(f"{name:<40} {times['ours']:>9.2f} {times['mono']:>9.2f} {times['ours'] / times['mono']:>10.2f}"
-              f" {times['ratio']:>7.2f}", file=file)
+        digits = 1 if name == PEAK_MEMORY_ROW else 2
+        print(f"{name:<40} {times['ours']:>9.{digits}f} {times['mono']:>9.{digits}f}"
+              f" {times['ours'] / times['mono']:>10.2f} {times['ratio']:>7.2f}", file=file)
 
 
 def plot(results: dict[tuple[int, int], list[Row]], path: Path) -> bool:
@@ -375,7 +397,7 @@ def plot(results: dict[tuple[int, int], list[Row]], path: Path) -> bool:
     for prefix, label, style in (("no-op", "no-op", "o"), ("edit", "edit one kernel, rebuild", "s")):
         for side, line in (("ours", "-"), ("mono", "--")):
             points = sorted((s * t, times[side]) for (s, t), rows in results.items()
-                            for name, times in rows if name.startswith(prefix))
+                            for name, times in rows if name.startswith(prefix) and name != PEAK_MEMORY_ROW)
             if points:
                 axes.plot(*zip(*points), line + style, label=f"{label}: {'ours' if side == 'ours' else 'driver'}")
     axes.set_xscale("log")

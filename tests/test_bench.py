@@ -70,6 +70,9 @@ def test_the_floor_row_counts_the_nodes_scons_built_and_times_a_trivial_tree_of_
         written = [path for path in root.rglob("*") if path.is_file() and path.suffix != ".cpp"
                    and path.name != "SConstruct" and not path.name.startswith(".sconsign")]
         assert bench.built_nodes(root) == len(written) > 0, sorted(map(str, written))
+    # the memory row: each side's SCons process reports its own peak (the driver's side also runs clang probes)
+    memory = {mode: bench.peak_memory_mb(root, mode, archs, 2) for mode, root in roots.items()}
+    assert all(10 < megabytes < 1000 for megabytes in memory.values()), memory
     nodes = bench.built_nodes(roots["ours"])
     # per source (two kernels and main) the host bitcode, a device node per target and the object; per target the
     # extract and the image; the wrapper and the program: against the driver's object per source and program
