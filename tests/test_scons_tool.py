@@ -299,6 +299,29 @@ def test_an_output_rewritten_in_place_with_its_modification_time_restored_is_has
     assert project.run_program().returncode == 0
 
 
+def test_content_signatures_recorded_under_one_hash_format_are_not_reused_under_another(project, tmp_path):
+    """SCons sets ``--hash-format`` only after reading the SConscripts, so the records' format must be the
+    option's, not the hash function in use while reading (always the default): otherwise a build with
+    ``--hash-format=sha256`` records its SHA-256 signatures as MD5 ones, and the next default build gives
+    them to our nodes, where their consumers' MD5 records cannot match: everything after them reruns. And
+    ``--max-drift=-1`` (hash every file, trust no recorded signature) hashes our outputs too."""
+    from offload_builders.content_records import SETTLED_NS
+
+    archs = "archs=x86_64"
+    for options in ([], ["--hash-format=sha256"]):  # the default (MD5), then SHA-256
+        project.scons(archs, *options)  # each format has its own .sconsign: the first build of each builds all
+        time.sleep(SETTLED_NS / 1e9 + 0.2)
+        assert project.scons(archs, *options).commands == []  # records the settled outputs' signatures
+    assert (project.root / ".sconsign_sha256.dblite").exists()
+    assert project.scons(archs).commands == []  # the default format: MD5, up to date since its build
+    hook = tmp_path / "log_hashes.py"
+    hook.write_text(LOG_HASHES)
+    sources = ["build/main.cpp", "build/scale.cpp", "include/main.hpp", "include/scale.hpp"]
+    assert sorted(_hashed(project.scons(archs, f"check_render={hook}"))) == sources  # and no output
+    untrusting = project.scons(archs, "--max-drift=-1", f"check_render={hook}")
+    assert untrusting.commands == [] and "build/main.host.bc" in _hashed(untrusting), untrusting.output
+
+
 #: Run inside the SConstruct, after the SConscripts declared the program: whether the tool's nodes are out of
 #: the cyclic garbage collector's generations (``gc.freeze()``), and whether what is made after is not.
 CHECK_FROZEN = textwrap.dedent("""

@@ -458,14 +458,18 @@ def reuse_content_signatures(env, nodes) -> None:
     """Give each node whose file is the very file (by inode, size, modification and change time) whose
     content signature an earlier run recorded that signature, so SCons does not hash it again; at exit,
     record the signatures this run computed (see :mod:`offload_builders.content_records`: SCons hashes every
-    output younger than ``--max-drift`` on every run, our intermediates included, a no-op too)."""
+    output younger than ``--max-drift`` on every run, our intermediates included, a no-op too).
+
+    A negative ``--max-drift`` asks SCons to hash every file on every run: then nothing is reused or
+    recorded."""
+    if SCons.Script.GetOption("max_drift") < 0:
+        return
     top = env.Dir("#").abspath
     entry = _CONTENT_RECORDS.get(top)
     if entry is None:
         if not _CONTENT_RECORDS:
             atexit.register(_record_content_signatures)
-        records = ContentRecords(os.path.join(top, CONTENT_RECORDS_FILE),
-                                 SCons.Util.get_current_hash_algorithm_used(), time.time_ns())
+        records = ContentRecords(os.path.join(top, CONTENT_RECORDS_FILE), _build_hash_format(), time.time_ns())
         entry = _CONTENT_RECORDS[top] = (records, [])
     records, watched = entry
     for node in nodes:
@@ -477,12 +481,23 @@ def reuse_content_signatures(env, nodes) -> None:
         watched.append((node, stat))
 
 
+def _build_hash_format() -> str:
+    """The hash format this build's signatures will have. SCons applies ``--hash-format`` (and a ``SetOption``
+    of it) only once the SConscripts are read, so while they are, the hash function in use is the default
+    one; the option, as set so far, is what counts."""
+    chosen = SCons.Script.GetOption("hash_format")
+    return chosen.lower() if chosen else SCons.Util.get_current_hash_algorithm_used()
+
+
 def _record_content_signatures() -> None:
     """At exit: each watched node's content signature, if SCons computed one, for its file if the file is the
-    one it was when the SConscripts were read."""
+    one it was when the SConscripts were read. Nothing is recorded if the signatures are not of the format the
+    records were read for (a ``SetOption('hash_format', ...)`` after the tool's first node)."""
     if SCons.Script.GetOption("no_exec") or SCons.Script.GetOption("clean"):
         return
     for records, watched in _CONTENT_RECORDS.values():
+        if records.hash_format != SCons.Util.get_current_hash_algorithm_used():
+            continue
         for node, before in watched:
             path = node.get_abspath()
             try:
