@@ -441,8 +441,9 @@ def freeze_declared_graph() -> None:
     targets (2600 nodes) 0.1-0.25 s of a 1.2-1.5 s no-op. Frozen, they are skipped; what the build phase
     makes is collected as before. The cost: cyclic garbage made while reading, before the last freeze, is
     never collected (its memory goes back with the process's; its finalizers do not run). Outside the
-    reading of SConscripts (the tool used from a Python program or a test) nothing is frozen."""
-    if SCons.Script.sconscript_reading:
+    reading of SConscripts (the tool used from a Python program or a test) nothing is frozen, nor in a
+    free-threaded CPython, whose ``gc.freeze()`` visits every object."""
+    if SCons.Script.sconscript_reading and getattr(sys, "_is_gil_enabled", lambda: True)():
         gc.freeze()
 
 
@@ -462,7 +463,7 @@ def reuse_content_signatures(env, nodes) -> None:
 
     A negative ``--max-drift`` asks SCons to hash every file on every run: then nothing is reused or
     recorded."""
-    if SCons.Script.GetOption("max_drift") < 0:
+    if _trusts_no_signature():
         return
     top = env.Dir("#").abspath
     entry = _CONTENT_RECORDS.get(top)
@@ -481,6 +482,13 @@ def reuse_content_signatures(env, nodes) -> None:
         watched.append((node, stat))
 
 
+def _trusts_no_signature() -> bool:
+    """``--max-drift`` (or a ``SetOption`` of it) below zero. Outside the ``scons`` command (the tool used
+    from a Python program) SCons' options read as None."""
+    drift = SCons.Script.GetOption("max_drift")
+    return isinstance(drift, int) and drift < 0
+
+
 def _build_hash_format() -> str:
     """The hash format this build's signatures will have. SCons applies ``--hash-format`` (and a ``SetOption``
     of it) only once the SConscripts are read, so while they are, the hash function in use is the default
@@ -492,8 +500,10 @@ def _build_hash_format() -> str:
 def _record_content_signatures() -> None:
     """At exit: each watched node's content signature, if SCons computed one, for its file if the file is the
     one it was when the SConscripts were read. Nothing is recorded if the signatures are not of the format the
-    records were read for (a ``SetOption('hash_format', ...)`` after the tool's first node)."""
-    if SCons.Script.GetOption("no_exec") or SCons.Script.GetOption("clean"):
+    records were read for, or if ``--max-drift`` ended below zero (a ``SetOption`` of either after the tool's
+    first node; this run has used the records read for the options as they were then: in the worst case,
+    signatures of the other format, which match no record of this one, so their consumers rerun)."""
+    if SCons.Script.GetOption("no_exec") or SCons.Script.GetOption("clean") or _trusts_no_signature():
         return
     for records, watched in _CONTENT_RECORDS.values():
         if records.hash_format != SCons.Util.get_current_hash_algorithm_used():
