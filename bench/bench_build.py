@@ -173,7 +173,8 @@ def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> fl
 
 
 def peak_memory_mb(root: Path, mode: str, archs: list[str], jobs: int) -> float:
-    """The SCons process's own peak resident memory in a run (MB), as the SConstruct reports it at exit."""
+    """The SCons process's own peak resident memory in a run (MB), as the SConstruct reports it at exit
+    (``ru_maxrss``, which Linux counts in KB)."""
     done = subprocess.run(scons_command(mode, archs, jobs, "report_memory=1"), cwd=root, check=True,
                           capture_output=True, text=True, env=ENVIRON)
     reported = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("peak-memory-kb ")]
