@@ -22,9 +22,11 @@ SCons builds the whole graph once with a ``$SPAWN`` that copies the template's o
 instead of running it (kernel_<n>'s file from kernel_0's). ``$SPAWN`` is in no signature, so SCons records
 exactly the signatures a real build would, and the timed no-ops run with SCons' own ``$SPAWN`` over real
 files and real signatures. (Such a tree cannot be edited and relinked: its objects define the same symbols;
-the edit loop is measured on compiled points only.) Each point also has an "SCons floor" row: the no-op of
-a trivial tree with as many nodes as ours built (each copies a seed file in-process), against the driver's
-no-op: what SCons itself costs for a graph of that size, which no code of ours can cut. It writes the table
+the edit loop is measured on compiled points only.) Each point also has two "SCons floor" rows: the no-op of
+a trivial tree with as many nodes as ours built (each copies a seed file in-process), one input each, and of
+one whose nodes also have as many inputs as ours have on average (seed files and value nodes, which every
+node shares), against the driver's no-op: what SCons itself costs for a graph of that size and shape, which
+no code of ours can cut. It writes the table
 and a plot (``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[bench]``) to ``--output-dir``.
 
 ``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
@@ -46,6 +48,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from offload_builders.content_records import SETTLED_NS
 
@@ -297,7 +300,9 @@ def generated_build(scratch: Path, roots: dict[str, Path], archs: list[str]) -> 
 
 FLOOR_SCONSTRUCT = textwrap.dedent("""
     # SCons' own no-op cost for a graph of N nodes: each copies a seed file with a Python function action
-    # (nothing to spawn), in an environment with the default tools, as the driver's side has.
+    # (nothing to spawn), in an environment with the default tools, as the driver's side has. Each node has
+    # `files` seed files as sources and depends on `values` value nodes (ours: a source, its host bitcode and
+    # headers; the stamps of the programs and device libraries a command runs), all shared by every node.
     import shutil
 
     def copy(target, source, env):
@@ -305,39 +310,74 @@ FLOOR_SCONSTRUCT = textwrap.dedent("""
 
     env = Environment(tools=["default"])
     action = Action(copy, "copy $TARGET")
+    seeds = [f"seed{j}.txt" for j in range(int(ARGUMENTS.get("files", 1)))]
+    values = [Value(f"stamp {j}") for j in range(int(ARGUMENTS.get("values", 0)))]
     for i in range(int(ARGUMENTS["nodes"])):
-        env.Command(f"out/n{i}.txt", "seed.txt", action)
+        node = env.Command(f"out/n{i}.txt", seeds, action)
+        if values:
+            env.Depends(node, values)
 """)
 
 
-def built_nodes(root: Path) -> int:
-    """How many file nodes SCons built in ``root``: the ``.sconsign`` entries with an action (a built
-    target records its action's description; a source, a value or a program records none)."""
+class BuiltGraph(NamedTuple):
+    """What SCons built in a tree, from its ``.sconsign``: the file nodes with an action (a built target
+    records its action's description; a source, a value or a program records none), and the inputs they
+    recorded (sources, dependencies and scanned ones), files and value nodes apart."""
+
+    nodes: int
+    file_inputs: int
+    value_inputs: int
+
+    def inputs_per_node(self) -> tuple[int, int]:
+        """The average file and value inputs of a node, rounded: a floor tree's shape (at least one file)."""
+        return max(1, round(self.file_inputs / self.nodes)), round(self.value_inputs / self.nodes)
+
+
+def built_graph(root: Path) -> BuiltGraph:
     import pickle
 
     import SCons.dblite
+    import SCons.Node.Python
     import SCons.SConsign  # noqa: F401  (the classes the entries unpickle to)
 
     database = SCons.dblite.open(str(root / ".sconsign"), "r")
-    return sum(1 for directory in database.keys() for entry in pickle.loads(database[directory]).values()
-               if getattr(entry.binfo, "bact", None))
+    nodes = files = values = 0
+    for directory in database.keys():
+        for entry in pickle.loads(database[directory]).values():
+            binfo = entry.binfo
+            if not getattr(binfo, "bact", None):
+                continue
+            nodes += 1
+            for kind in ("bsourcesigs", "bdependsigs", "bimplicitsigs"):
+                for ninfo in getattr(binfo, kind, None) or ():
+                    if isinstance(ninfo, SCons.Node.Python.ValueNodeInfo):
+                        values += 1
+                    else:
+                        files += 1
+    return BuiltGraph(nodes, files, values)
 
 
-def floor_tree(root: Path, nodes: int) -> None:
-    """A trivial SCons tree of ``nodes`` nodes, built once (see :data:`FLOOR_SCONSTRUCT`)."""
+def floor_tree(root: Path, nodes: int, files: int = 1, values: int = 0) -> None:
+    """A trivial SCons tree of ``nodes`` nodes, each with ``files`` and ``values`` inputs, built once (see
+    :data:`FLOOR_SCONSTRUCT`)."""
     root.mkdir(parents=True)
-    (root / "seed.txt").write_text("seed\n")
+    for j in range(files):
+        (root / f"seed{j}.txt").write_text(f"seed {j}\n")
     (root / "SConstruct").write_text(FLOOR_SCONSTRUCT)
-    subprocess.run([SCONS, "-Q", "-j2", f"nodes={nodes}"], cwd=root, check=True, stdout=subprocess.DEVNULL,
-                   env=ENVIRON)
+    subprocess.run([SCONS, "-Q", "-j2", *floor_arguments(nodes, files, values)], cwd=root, check=True,
+                   stdout=subprocess.DEVNULL, env=ENVIRON)
 
 
-def floor_noop(nodes: int, archs: list[str]) -> Callable[[str, Path], float]:
+def floor_arguments(nodes: int, files: int = 1, values: int = 0) -> list[str]:
+    return [f"nodes={nodes}", f"files={files}", f"values={values}"]
+
+
+def floor_noop(nodes: int, archs: list[str], files: int = 1, values: int = 0) -> Callable[[str, Path], float]:
     """The no-op of a floor tree (``ours``' side), or of the driver's tree (``mono``), at -j2."""
     def run(mode: str, root: Path) -> float:
         if mode == "mono":
             return noop(archs, 2)(mode, root)
-        command = [SCONS, "-Q", "-j2", f"nodes={nodes}"]
+        command = [SCONS, "-Q", "-j2", *floor_arguments(nodes, files, values)]
         subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)  # up to date
         start = time.perf_counter()
         subprocess.run(command, cwd=root, check=True, stdout=subprocess.DEVNULL, env=ENVIRON)
@@ -361,13 +401,20 @@ def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bo
     rows.append(("no-op rebuild, -j2", best(roots, repeat, noop(archs, 2))))
     memory = {mode: peak_memory_mb(root, mode, archs, 2) for mode, root in roots.items()}  # the tree is up to date
     rows.append((PEAK_MEMORY_ROW, {**memory, "ratio": memory["ours"] / memory["mono"]}))
-    # What SCons alone costs for as many nodes as ours built: the part of our no-op no code of ours can cut.
-    nodes = built_nodes(roots["ours"])
-    floor = scratch / f"floor-{sources}x{targets}"
-    floor_tree(floor, nodes)
-    rows.append((f"SCons floor, {nodes} nodes, -j2", best({"ours": floor, "mono": roots["mono"]}, repeat,
-                                                            floor_noop(nodes, archs))))
-    for root in (*roots.values(), floor):
+    # What SCons alone costs for as many nodes as ours built (one input each), and for as many with our nodes'
+    # inputs (as many files and value nodes as ours have on average): the part of our no-op no code of ours
+    # can cut while the graph has this shape.
+    graph = built_graph(roots["ours"])
+    files, values = graph.inputs_per_node()
+    floors = {scratch / f"floor-{sources}x{targets}": (1, 0),
+              scratch / f"floor-{sources}x{targets}-inputs": (files, values)}
+    for floor, (floor_files, floor_values) in floors.items():
+        floor_tree(floor, graph.nodes, floor_files, floor_values)
+        shape = "" if (floor_files, floor_values) == (1, 0) else f" x {floor_files}+{floor_values} inputs"
+        rows.append((f"SCons floor, {graph.nodes} nodes{shape}, -j2",
+                     best({"ours": floor, "mono": roots["mono"]}, repeat,
+                          floor_noop(graph.nodes, archs, floor_files, floor_values))))
+    for root in (*roots.values(), *floors):
         shutil.rmtree(root)
     return rows
 

@@ -60,28 +60,35 @@ def test_a_generated_tree_is_up_to_date_with_real_files_and_signatures(tmp_path)
         assert not _up_to_date(root, mode, ",".join(archs)), mode
 
 
-def test_the_floor_row_counts_the_nodes_scons_built_and_times_a_trivial_tree_of_as_many(tmp_path):
-    """``--scale``'s "SCons floor" row: as many trivial nodes as our tree has built nodes (counted from the
-    ``.sconsign``, checked here against the files the build wrote), in a tree that is then up to date."""
+def test_the_floor_rows_count_what_scons_built_and_time_trivial_trees_of_as_many_nodes_and_inputs(tmp_path):
+    """``--scale``'s "SCons floor" rows: as many trivial nodes as our tree has built nodes (counted from the
+    ``.sconsign``, checked here against the files the build wrote), with one input each or with as many file and
+    value inputs as ours have on average, in trees that are then up to date."""
     bench = _bench()
     archs = ["gfx90a", "sm_80"]
     roots = _generated_trees(bench, tmp_path, archs)
     for root in roots.values():
         written = [path for path in root.rglob("*") if path.is_file() and path.suffix != ".cpp"
                    and path.name != "SConstruct" and not path.name.startswith(".sconsign")]
-        assert bench.built_nodes(root) == len(written) > 0, sorted(map(str, written))
+        assert bench.built_graph(root).nodes == len(written) > 0, sorted(map(str, written))
     # the memory row: each side's SCons process reports its own peak (the driver's side also runs clang probes)
     memory = {mode: bench.peak_memory_mb(root, mode, archs, 2) for mode, root in roots.items()}
     assert all(10 < megabytes < 1000 for megabytes in memory.values()), memory
-    nodes = bench.built_nodes(roots["ours"])
+    graph, driver = bench.built_graph(roots["ours"]), bench.built_graph(roots["mono"])
     # per source (two kernels and main) the host bitcode, a device node per target and the object; per target the
     # extract and the image; the wrapper and the program: against the driver's object per source and program
-    assert nodes >= 3 * (2 + len(archs)) + 2 * len(archs) + 2 and nodes > 4 * bench.built_nodes(roots["mono"])
-    floor = tmp_path / "floor"
-    bench.floor_tree(floor, nodes)
-    assert len(list((floor / "out").iterdir())) == nodes
-    assert subprocess.run([SCONS, "-q", f"nodes={nodes}"], cwd=floor).returncode == 0
-    assert bench.floor_noop(nodes, archs)("ours", floor) > 0
+    assert graph.nodes >= 3 * (2 + len(archs)) + 2 * len(archs) + 2 and graph.nodes > 4 * driver.nodes
+    # a device compile reads its source and host bitcode and depends on the stamps of clang and the device libraries
+    # it links; the driver's object has its source and the compiler, and no value node
+    files, values = graph.inputs_per_node()
+    assert files >= 2 and values >= 1 and driver.value_inputs == 0, graph
+    for name, shape in (("floor", (1, 0)), ("floor-inputs", (files, values))):
+        floor = tmp_path / name
+        bench.floor_tree(floor, graph.nodes, *shape)
+        assert len(list((floor / "out").iterdir())) == graph.nodes
+        assert bench.built_graph(floor) == (graph.nodes, graph.nodes * shape[0], graph.nodes * shape[1])
+        assert subprocess.run([SCONS, "-q", *bench.floor_arguments(graph.nodes, *shape)], cwd=floor).returncode == 0
+        assert bench.floor_noop(graph.nodes, archs, *shape)("ours", floor) > 0
 
 
 def test_headers_option_makes_every_kernel_depend_on_a_chain_of_headers(tmp_path, monkeypatch):
