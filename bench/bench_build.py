@@ -425,10 +425,10 @@ PEAK_MEMORY_ROW = "no-op peak memory (MB), one run"
 
 def print_table(title: str, rows: list[Row], file=None) -> None:
     print(f"\n{title}", file=file)
-    print(f"{'scenario':<40} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10} {'median':>7}", file=file)
+    print(f"{'scenario':<44} {'ours (s)':>9} {'mono (s)':>9} {'ours/mono':>10} {'median':>7}", file=file)
     for name, times in rows:
         digits = 1 if name == PEAK_MEMORY_ROW else 2
-        print(f"{name:<40} {times['ours']:>9.{digits}f} {times['mono']:>9.{digits}f}"
+        print(f"{name:<44} {times['ours']:>9.{digits}f} {times['mono']:>9.{digits}f}"
               f" {times['ours'] / times['mono']:>10.2f} {times['ratio']:>7.2f}", file=file)
 
 
