@@ -149,6 +149,7 @@ class CudaPhaseModel:
         self.toolchain = toolchain
         self.cwd = str(cwd)
         self.cache = cache
+        self._steps: dict[tuple, CudaDeviceSteps | CudaHostSteps] = {}
 
     @property
     def driver(self) -> str:
@@ -175,6 +176,19 @@ class CudaPhaseModel:
 
     def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> CudaDeviceSteps:
         """Templates for one target's device compile and ptxas, and the images it puts in the fat binary."""
+        key = (target, tuple(flags))
+        if key not in self._steps:
+            self._steps[key] = self._device_steps(target, key[1])
+        return self._steps[key]  # type: ignore[return-value]
+
+    def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
+        """The host compile's template (independent of the targets) and the fat binary's command."""
+        key = ("host", tuple(flags))
+        if key not in self._steps:
+            self._steps[key] = self._host_steps(key[1])
+        return self._steps[key]  # type: ignore[return-value]
+
+    def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> CudaDeviceSteps:
         check_flags(flags)
         jobs = self._jobs(target, flags)
         rdc = is_rdc(flags)
@@ -208,8 +222,7 @@ class CudaPhaseModel:
             raise self._fail(target, f"cannot read the images of {' '.join(fatbinary)}")
         return CudaDeviceSteps(target, compile_template, suffix, assemble, tuple(images))
 
-    def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
-        """The host compile's template (independent of the targets) and the fat binary's command."""
+    def _host_steps(self, flags: tuple[str, ...]) -> CudaHostSteps:
         check_flags(flags)
         target = HOST_PROBE_TARGET
         jobs = self._jobs(target, flags)

@@ -408,6 +408,7 @@ class HipPhaseModel:
         self.toolchain = toolchain
         self.cwd = str(cwd)
         self.cache = cache
+        self._steps: dict[tuple, HipDeviceSteps | HipHostSteps] = {}
 
     @property
     def driver(self) -> str:
@@ -444,6 +445,19 @@ class HipPhaseModel:
 
     def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> HipDeviceSteps:
         """Templates for one target's device compile (and, non-RDC, its code-object link)."""
+        key = (target, tuple(flags))
+        if key not in self._steps:
+            self._steps[key] = self._device_steps(target, key[1])
+        return self._steps[key]  # type: ignore[return-value]
+
+    def host_steps(self, flags: Sequence[str] = ()) -> HipHostSteps:
+        """The host compile's template (independent of the targets) and, non-RDC, the bundler's parameters."""
+        key = ("host", tuple(flags))
+        if key not in self._steps:
+            self._steps[key] = self._host_steps(key[1])
+        return self._steps[key]  # type: ignore[return-value]
+
+    def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
         rdc = is_rdc(flags)
         jobs = self._jobs(target, flags)
         device_job = self._device_job(target, jobs)
@@ -470,8 +484,7 @@ class HipPhaseModel:
             raise self._fail(target, f"expected one device entry in the bundler's -targets, got {ids}")
         return HipDeviceSteps(target, compile_template, compile_suffix, link_template, device_ids[0], None)
 
-    def host_steps(self, flags: Sequence[str] = ()) -> HipHostSteps:
-        """The host compile's template (independent of the targets) and, non-RDC, the bundler's parameters."""
+    def _host_steps(self, flags: tuple[str, ...]) -> HipHostSteps:
         rdc = is_rdc(flags)
         target = HOST_PROBE_TARGET
         jobs = self._jobs(target, flags)

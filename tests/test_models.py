@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -230,3 +231,62 @@ def test_offload_rdc_and_its_alias_disagreeing_is_an_error(project):
     assert build.commands == []
     plain = project.scons("sources=kern.hip", "archs=gfx90a", "offload_rdc=0")  # off, as without either
     assert plain.count("BUNDLE", "kern") == 1 and plain.count("PACKAGE", "kern") == 0
+
+
+#: A Python program that declares ``count`` objects of one model with the tool (outside the ``scons`` command),
+#: renders every node's signature as a no-op does, and prints how many nodes that was and how many command
+#: templates the models derived from the driver's jobs meanwhile.
+COUNT_TEMPLATES = textwrap.dedent("""
+    import sys
+
+    import SCons.Environment
+
+    import offload_builders.scons
+    from offload_builders import cuda_phases, hip_phases, phases
+
+    made = []
+    for module in (phases, cuda_phases, hip_phases):
+        def counting(*args, _derive=module.job_template, **kwargs):
+            made.append(args[0])
+            return _derive(*args, **kwargs)
+        module.job_template = counting
+
+    suffix, archs, count, hip_include = sys.argv[1:]
+    env = SCons.Environment.Environment(
+        tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()], OFFLOAD_ARCHS=archs,
+        OFFLOAD_FLAGS=["-O2"], CPPPATH=["#"], OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc", "-I" + hip_include])
+    objects = [node for i in range(int(count)) for node in env.OffloadObject(f"k{i}{suffix}")]
+    seen, stack = set(), list(objects)
+    while stack:
+        node = stack.pop()
+        if node in seen or not node.has_builder():
+            continue
+        seen.add(node)
+        node.get_executor().get_contents()
+        stack.extend(node.children(scan=0))
+    print(len(seen), len(made))
+""")
+
+
+@pytest.mark.parametrize(("suffix", "archs"), [(".cpp", "x86_64,sm_80,gfx90a"), (".hip", "gfx90a,gfx942"),
+                                              (".cu", "sm_80,sm_90")])
+def test_each_model_derives_its_command_templates_once_a_build_not_once_a_node(tmp_path, llvm19, cuda, suffix,
+                                                                                archs):
+    """A model's command templates depend on the toolchain, the flags and the target only: every node of every
+    source with the same flags renders from the same ones, so a no-op costs no template work per node (the HIP
+    and CUDA models made theirs again for each node's every rendering, a fifth of their no-op at 64 sources)."""
+    (tmp_path / "cuda_min.h").write_text(CUDA_MIN_H)
+    program = tmp_path / "count_templates.py"
+    program.write_text(COUNT_TEMPLATES)
+    counts = []
+    for count in (1, 4):
+        for i in range(count):
+            (tmp_path / f"k{i}{suffix}").write_text({".cu": SCALE_CU, ".hip": KERNEL, ".cpp": OMP_CPP}[suffix])
+        done = subprocess.run([sys.executable, str(program), suffix, archs, str(count),
+                               str(REPO_ROOT / "sample_project" / "hip" / "include")], cwd=tmp_path,
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+        assert done.returncode == 0, done.stdout + done.stderr
+        counts.append(tuple(int(word) for word in done.stdout.split()[-2:]))
+    (one_nodes, one_templates), (four_nodes, four_templates) = counts
+    assert four_nodes == 4 * one_nodes and one_templates > 0, counts
+    assert four_templates == one_templates, counts

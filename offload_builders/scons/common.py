@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import SCons.Action
 import SCons.Builder
@@ -87,6 +87,23 @@ def probe_cache_for(env) -> ProbeCache | None:
     if not env.get("OFFLOAD_PROBE_CACHE"):
         return None
     return probe_cache(os.path.join(top_directory(env), word_value(env, "OFFLOAD_PROBE_CACHE")))
+
+
+#: Per model class, toolchain, top directory and probe cache: the one phase model of a build (see :func:`phase_model`).
+_PHASE_MODELS: dict[tuple, Any] = {}
+
+_Model = TypeVar("_Model")
+
+
+def phase_model(env, model_class: Callable[[Toolchain, str, ProbeCache | None], _Model]) -> _Model:
+    """The phase model (OpenMP's, HIP's or CUDA's) of ``env``'s toolchain, project and probe cache, made once per
+    process: it memoizes the command templates it derives from the driver's jobs, which every node renders."""
+    cache = probe_cache_for(env)
+    key = (model_class, toolchain_for(env), top_directory(env), cache)  # one cache object per file per process
+    model = _PHASE_MODELS.get(key)
+    if model is None:
+        model = _PHASE_MODELS[key] = model_class(key[1], key[2], cache)
+    return model
 
 
 #: The host link's default command line (``$OFFLOAD_LINKCOM``): while it is this line, :class:`HostLinkAction`

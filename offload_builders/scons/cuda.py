@@ -65,7 +65,7 @@ from offload_builders.scons.common import (
     own_outputs,
     partial_path,
     phase_action,
-    probe_cache_for,
+    phase_model,
     rdc_selected,
     set_default,
     target_flags,
@@ -93,7 +93,7 @@ def _cuid(env, source) -> str:
 
 
 def _model(env) -> CudaPhaseModel:
-    return CudaPhaseModel(toolchain_for(env), env.Dir("#").abspath, probe_cache_for(env))
+    return phase_model(env, CudaPhaseModel)
 
 
 def _flags(env, target, source, for_signature: bool) -> tuple[str, ...]:

@@ -115,7 +115,7 @@ from offload_builders.scons.common import (
     own_outputs,
     partial_path,
     phase_action,
-    probe_cache_for,
+    phase_model,
     rdc_selected,
     set_default,
     side_path,
@@ -162,7 +162,7 @@ def _cuid(env, source) -> str:
 
 
 def _hip_model(env) -> HipPhaseModel:
-    return HipPhaseModel(toolchain_for(env), env.Dir("#").abspath, probe_cache_for(env))
+    return phase_model(env, HipPhaseModel)
 
 
 def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:

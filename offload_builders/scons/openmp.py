@@ -55,34 +55,23 @@ from offload_builders.scons.common import (
     own_outputs,
     partial_path,
     phase_action,
+    phase_model,
     set_default,
     side_path,
     target_flags,
     toolchain_for,
-    top_directory,
     user_error,
     warn_unmatched_keys,
-    word_value,
 )
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID, parse_target_id
-from offload_builders.toolchain import Toolchain, probe_cache
 
 #: The source suffixes of this model (C and C++), each with the language the driver is told.
 SOURCE_SUFFIXES: tuple[str, ...] = tuple(LANGUAGE_BY_SUFFIX)
 
 
-#: One phase model per toolchain, top directory and probe cache file, so its templates are made once.
-_MODELS: dict[tuple[Toolchain, str, str], PhaseModel] = {}
-
-
 def _model(env) -> PhaseModel:
-    top = top_directory(env)
-    cache_path = os.path.join(top, word_value(env, "OFFLOAD_PROBE_CACHE")) if env.get("OFFLOAD_PROBE_CACHE") else ""
-    key = (toolchain_for(env), top, cache_path)
-    if key not in _MODELS:
-        _MODELS[key] = PhaseModel(key[0], top, probe_cache(cache_path) if cache_path else None)
-    return _MODELS[key]
+    return phase_model(env, PhaseModel)
 
 
 def _object_of(target) -> list:
