@@ -191,6 +191,24 @@ def partial_path(env, node) -> str:
     return str(node) + suffix
 
 
+_Value = TypeVar("_Value")
+
+
+def node_memo(target, key: tuple, make: Callable[[], _Value]) -> _Value:
+    """``make()``, once per node (``target[0]``) and ``key`` once the SConscripts are read, when a node's
+    environment and sources no longer change: the user's flags that every step of a node renders with (a
+    device compile and its link, a fat binary's command for each of its targets). While they are read (an
+    emitter's probe), ``make()`` each time: the environment may still change."""
+    if not target or SCons.Script.sconscript_reading:
+        return make()
+    memo = getattr(target[0].attributes, "_offload_memo", None)
+    if memo is None:
+        memo = target[0].attributes._offload_memo = {}
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
 def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     """Rendered arguments, protected from further ``$`` expansion and word splitting."""
     return [SCons.Subst.Literal(arg) for arg in argv]
@@ -539,7 +557,27 @@ def _record_content_signatures() -> None:
 CLEAN_LEFTOVERS = clean_leftovers()
 
 
-class PhaseCommandAction(SCons.Action.LazyAction):
+class CachingLazyAction(SCons.Action.LazyAction):
+    """``$VAR`` as SCons makes it (a lazy action), keeping the action it makes of a function: SCons makes a new
+    one each time it asks the node anything (its description, signature, scans: five times a node in a
+    no-op), and hashes the function's code each time; the same function gives the same action. Other values
+    (a command line, a list) take SCons' own path."""
+
+    def _generate_cache(self, env):
+        value = env.get(self.var) if env else None
+        if not callable(value) or isinstance(value, SCons.Action.ActionBase):
+            return super()._generate_cache(env)
+        made = self.__dict__.setdefault("_made", {})
+        try:
+            action = made.get(value)
+        except TypeError:  # an unhashable callable object
+            return super()._generate_cache(env)
+        if action is None:
+            action = made[value] = super()._generate_cache(env)
+        return action
+
+
+class PhaseCommandAction(CachingLazyAction):
     """``$OFFLOAD_<PHASE>COM`` as SCons makes it (a lazy action), without ``Subst`` while the variable is
     just the name of one of our renderers.
 

@@ -61,6 +61,7 @@ from offload_builders.scons.common import (
     compile_flags,
     mark_model,
     model_targets_for,
+    node_memo,
     override_environment,
     own_outputs,
     partial_path,
@@ -97,7 +98,13 @@ def _model(env) -> CudaPhaseModel:
 
 
 def _flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
-    """The flags of a CUDA compile of ``source``: the C++ ones, ``$OFFLOAD_CUDA_FLAGS``, the tool's defaults."""
+    """The flags of a CUDA compile of ``source``: the C++ ones, ``$OFFLOAD_CUDA_FLAGS``, the tool's defaults
+    (once per node and mode: a fat binary's command asks for each of its targets)."""
+    return node_memo(target, ("cuda flags", str(source[0]), bool(for_signature)),
+                     lambda: _substituted_flags(env, target, source, for_signature))
+
+
+def _substituted_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
     flags = compile_flags(env, target, source, for_signature, "c++")
     mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
     flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_CUDA_FLAGS", mode, target=target,

@@ -102,6 +102,7 @@ from offload_builders.scons.common import (
     COMMIT,
     REMOVE_STALE,
     SHARED_SOURCE_SCANNER,
+    CachingLazyAction,
     OffloadLinkWarning,
     PhaseCommandAction,
     RemoveSideFile,
@@ -111,6 +112,7 @@ from offload_builders.scons.common import (
     depend_on_device_libraries,
     mark_model,
     model_targets_for,
+    node_memo,
     override_environment,
     own_outputs,
     partial_path,
@@ -166,7 +168,13 @@ def _hip_model(env) -> HipPhaseModel:
 
 
 def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
-    """The user's flags for a HIP compile of ``source``: the C++ ones, ``$OFFLOAD_HIP_FLAGS`` and RDC."""
+    """The user's flags for a HIP compile of ``source``: the C++ ones, ``$OFFLOAD_HIP_FLAGS`` and RDC (once per
+    node and mode: a device node's compile and link ask, a fat binary's command for each of its targets)."""
+    return node_memo(target, ("hip flags", str(source[0]), bool(for_signature)),
+                     lambda: _substituted_flags(env, target, source, for_signature))
+
+
+def _substituted_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
     flags = compile_flags(env, target, source, for_signature, "c++")
     mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
     flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_HIP_FLAGS", mode, target=target, source=source)[0])
@@ -303,7 +311,8 @@ def _bundle_action() -> SCons.Action.ListAction:
     command is a Python function, whose own signature is only its code."""
     return SCons.Action.ListAction([
         REMOVE_STALE,
-        SCons.Action.Action("$OFFLOAD_BUNDLECOM", "$OFFLOAD_BUNDLECOMSTR", varlist=["_OFFLOAD_BUNDLE_SIG"]),
+        CachingLazyAction("OFFLOAD_BUNDLECOM",
+                          {"cmdstr": "$OFFLOAD_BUNDLECOMSTR", "varlist": ("_OFFLOAD_BUNDLE_SIG",)}),
         COMMIT,
     ])
 
