@@ -1,6 +1,6 @@
 """The CUDA model with the real toolchain: Clang 19 (whose own driver cannot build CUDA with CUDA 13) and CUDA 13.
 
-* ``.cu`` sources become per-target device compiles (PTX) and ``ptxas`` nodes, one fat binary written by
+* ``.cu`` sources become per-target device nodes (the compile to PTX and ``ptxas``), one fat binary written by
   CUDA 13's ``fatbinary`` (``--image3``) and the host compile embedding it (``.nv_fatbin``); a program of
   two sources, linked with a stub CUDA runtime, registers each kernel once and launches each once.
 * Adding a target compiles and assembles only that target; removing one compiles nothing.
@@ -172,10 +172,11 @@ def targets_of(build: Build, phase: str) -> list[str]:
 
 def test_clang19_cuda_program_registers_and_launches_each_kernel_once(project):
     build = project.scons()
-    assert targets_of(build, "DEVICE") == ["scale.sm_80.dev.s", "scale.sm_90.dev.s",
-                                           "shift.sm_80.dev.s", "shift.sm_90.dev.s"]
-    assert targets_of(build, "ASSEMBLE") == ["scale.sm_80.cubin", "scale.sm_90.cubin",
-                                             "shift.sm_80.cubin", "shift.sm_90.cubin"]
+    # one node per source and target compiles the PTX and assembles the cubin (its first target, which both
+    # steps' messages name); the fat binary takes both files
+    cubins = ["scale.sm_80.cubin", "scale.sm_90.cubin", "shift.sm_80.cubin", "shift.sm_90.cubin"]
+    assert targets_of(build, "DEVICE") == targets_of(build, "ASSEMBLE") == cubins
+    assert all((project.root / cubin.replace(".cubin", ".dev.s")).is_file() for cubin in cubins)
     assert targets_of(build, "BUNDLE") == ["scale.fatbin", "shift.fatbin"]
     assert targets_of(build, "HOST") == ["scale.o", "shift.o"]
     # Clang 19's fatbinary job embeds each target's cubin and PTX; CUDA 13's fatbinary wrote them.
@@ -196,8 +197,7 @@ def test_clang19_cuda_program_registers_and_launches_each_kernel_once(project):
 def test_adding_a_target_compiles_only_that_target_and_removing_one_compiles_nothing(project):
     project.scons("program=0")
     added = project.scons("archs=sm_80,sm_90,sm_86", "program=0")
-    assert targets_of(added, "DEVICE") == ["scale.sm_86.dev.s", "shift.sm_86.dev.s"]
-    assert targets_of(added, "ASSEMBLE") == ["scale.sm_86.cubin", "shift.sm_86.cubin"]
+    assert targets_of(added, "DEVICE") == targets_of(added, "ASSEMBLE") == ["scale.sm_86.cubin", "shift.sm_86.cubin"]
     assert targets_of(added, "BUNDLE") == ["scale.fatbin", "shift.fatbin"]
     assert targets_of(added, "HOST") == ["scale.o", "shift.o"]
     assert [arch for kind, arch in fatbin_entries(project.root / "scale.o") if kind == "elf"] == [
@@ -206,6 +206,29 @@ def test_adding_a_target_compiles_only_that_target_and_removing_one_compiles_not
     assert targets_of(removed, "DEVICE") == [] and targets_of(removed, "ASSEMBLE") == []
     assert targets_of(removed, "BUNDLE") == ["scale.fatbin", "shift.fatbin"]
     assert [arch for kind, arch in fatbin_entries(project.root / "scale.o") if kind == "elf"] == ["sm_86", "sm_90"]
+
+
+#: The last commit whose CUDA sources had a ``ptxas`` node per target of its own, after the device compile's node.
+BEFORE_CUDA_PTXAS_IN_DEVICE_NODE = "aa7999a"
+
+
+def test_a_tree_built_with_separate_ptxas_nodes_compiles_and_assembles_once_and_links_nothing(project, tmp_path):
+    """``ptxas`` became the second step of a CUDA device compile's node: a tree built before reruns each device
+    compile and ``ptxas`` once, which give the same PTX and cubins, so no fat binary, host compile or link runs
+    again."""
+    from test_scons_tool import checkout_of
+
+    earlier = checkout_of(BEFORE_CUDA_PTXAS_IN_DEVICE_NODE, tmp_path / "earlier")
+    run_scons(project.root, env=earlier)
+    outputs = {path.name: path.read_bytes() for path in project.root.iterdir()
+               if path.suffix in (".s", ".cubin", ".fatbin", ".o") or path.name == "prog"}
+    assert len([name for name in outputs if name.endswith(".cubin")]) == 4, sorted(outputs)
+    upgraded = project.scons()
+    cubins = ["scale.sm_80.cubin", "scale.sm_90.cubin", "shift.sm_80.cubin", "shift.sm_90.cubin"]
+    assert targets_of(upgraded, "DEVICE") == targets_of(upgraded, "ASSEMBLE") == cubins, upgraded.output
+    assert len(upgraded.commands) == 8, upgraded.output
+    assert {name: (project.root / name).read_bytes() for name in outputs} == outputs
+    assert project.scons().commands == []
 
 
 def test_a_cuda_source_without_an_nvptx_target_is_one_error(project):
@@ -253,7 +276,7 @@ def test_clang19_rdc_program_links_through_our_nodes(project, llvm19):
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "binaries=1 registered=3 launched=3: ok" in ran.stdout, ran.stdout
     added = project.scons("offload_rdc=1", "program=0", "rdc_program=1", "archs=sm_80,sm_90,sm_86")
-    assert targets_of(added, "DEVICE") == ["scale.sm_86.dev.s", "shift.sm_86.dev.s"]
+    assert targets_of(added, "DEVICE") == ["scale.sm_86.cubin", "shift.sm_86.cubin"]
     assert targets_of(added, "DEVICELINK") == ["rdc_prog.sm_86.img"]
 
 

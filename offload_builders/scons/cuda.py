@@ -4,7 +4,8 @@
 --cuda-gpu-arch=... -c`` does in one process (see :mod:`offload_builders.cuda_phases`), for the NVPTX target
 IDs of ``$OFFLOAD_ARCHS``:
 
-* per target ID a device compile to PTX (``<stem>.<target>.dev.s``) and ``ptxas`` (``<stem>.<target>.cubin``);
+* per target ID a device compile to PTX (``<stem>.<target>.dev.s``) and ``ptxas`` (``<stem>.<target>.cubin``),
+  one node with both files as its targets (the cubin first);
 * the fat binary (``<stem>.fatbin``), written by the toolkit's ``fatbinary`` in CUDA 13's ``--image3``
   syntax (``$OFFLOAD_BUNDLECOM``; for CUDA nodes its default is ``$_OFFLOAD_FATBINARY_CMD``);
 * the host compile, which is the object itself and embeds the fat binary (``.nv_fatbin``) through
@@ -36,6 +37,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import SCons.Action
 import SCons.Builder
 import SCons.Errors
 import SCons.Subst
@@ -56,7 +58,10 @@ from offload_builders.hip_phases import is_rdc
 from offload_builders.phase_table import CUDA, Phase, node_name
 from offload_builders.scons import hip, openmp
 from offload_builders.scons.common import (
+    COMMIT,
+    REMOVE_STALE,
     SHARED_SOURCE_SCANNER,
+    PhaseCommandAction,
     Renderer,
     compile_flags,
     mark_model,
@@ -131,15 +136,17 @@ def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
 
 @Renderer
 def _device_cc1(target, source, env, for_signature):
+    """The first step of a device node (targets: the cubin, the PTX): the compile to the PTX."""
     steps = _device_steps(env, target, source, for_signature)
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              output=partial_path(env, target[0]), **_cuid_value(steps.compile, env, source))
+                              output=partial_path(env, target[1]), **_cuid_value(steps.compile, env, source))
 
 
 @Renderer
 def _assemble_cmd(target, source, env, for_signature):
-    steps = _device_steps(env, target, _original(env, source), for_signature)
-    return steps.assemble.bind(input=str(source[0]), output=partial_path(env, target[0]))
+    """The second step of a device node: ``ptxas`` of the PTX just written (both are committed after it)."""
+    steps = _device_steps(env, target, source, for_signature)
+    return steps.assemble.bind(input=partial_path(env, target[1]), output=partial_path(env, target[0]))
 
 
 @Renderer
@@ -181,9 +188,12 @@ def _cuid_value(template, env, source) -> dict[str, str]:
 
 
 # No emitter: object_emitter hands their nodes to own_outputs itself.
-_DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_scanner=SHARED_SOURCE_SCANNER,
-                                        single_source=True)
-_ASSEMBLE_BUILDER = SCons.Builder.Builder(action=phase_action("ASSEMBLE"), single_source=True)
+#: The device compile to PTX and ``ptxas``, one node whose targets are the cubin and the PTX (the fat binary
+#: holds both).
+_DEVICE_BUILDER = SCons.Builder.Builder(
+    action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"),
+                                    COMMIT]),
+    source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 _FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"))
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))
 
@@ -208,15 +218,13 @@ def _object_emitter(target, source, env):
 
     images, cubins, made = [], [], []
     for tid, steps in plans.items():
-        ptx_name = node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token, suffix=steps.compile_suffix)
-        ptx = _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
-                              [directory.File(ptx_name)], [src])
-        cubin = _ASSEMBLE_BUILDER(env, [directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem,
-                                                                 target=tid.file_token))],
-                                  ptx, OFFLOAD_TARGET=str(tid), _OFFLOAD_ORIGINAL_SOURCE=src)
-        made += [*ptx, *cubin]
-        images += [ptx[0], cubin[0]]
-        cubins.append(cubin[0])
+        cubin = directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem, target=tid.file_token))
+        ptx = directory.File(node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token,
+                                       suffix=steps.compile_suffix))
+        made += _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
+                                [cubin, ptx], [src])
+        images += [ptx, cubin]
+        cubins.append(cubin)
     order = tuple(str(tid) for tid in plans)
     if host.fatbinary is None:
         # OpenMP's in-process package writer reads OpenMP's variables: CUDA runs the packager.
