@@ -32,8 +32,15 @@ and a plot (``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[benc
 ``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
 headers: every phase node of a source depends on them (both sides).
 
+``--model hip`` or ``cuda`` (with ``--scale --no-op-only``) measures the no-op of HIP or CUDA sources instead,
+each a kernel and its launch (declared by the samples' ``hip_min.h`` / ``cuda_min.h``), built into objects
+(no program): ours with ``OffloadObject``, the driver's side one ``clang++ -x hip`` (Clang 19) or ``-x cuda``
+(Clang 22, whose driver runs CUDA 13's ``fatbinary``) per source. CUDA has seven targets (``--points
+64x4,256x7``).
+
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1] [--headers 0]
     .venv/bin/python bench/bench_build.py --scale [--points 8x4,64x4,256x8] [--no-op-only] [--output-dir DIR]
+    .venv/bin/python bench/bench_build.py --scale --no-op-only --model hip|cuda [--points 64x4,256x7]
 """
 from __future__ import annotations
 
@@ -58,17 +65,41 @@ ADDED_TARGET = "gfx1030"
 REMOVED_TARGET = "gfx942"
 #: The targets of the scale points, the first N for N targets.
 SCALE_TARGETS = ["sm_80", "sm_90", "gfx90a", "gfx942", "sm_75", "sm_86", "gfx908", "gfx1030"]
+#: ``--model``: the scale points' targets of each model (CUDA: the NVPTX targets both Clang 19 and CUDA 13 know).
+MODEL_TARGETS = {"openmp": SCALE_TARGETS,
+                 "hip": ["gfx90a", "gfx942", "gfx908", "gfx1030", "gfx906", "gfx1100", "gfx1010", "gfx900"],
+                 "cuda": ["sm_80", "sm_90", "sm_75", "sm_86", "sm_89", "sm_87", "sm_90a"]}
 
 SCONSTRUCT = textwrap.dedent("""
     import offload_builders.scons
     archs = ARGUMENTS["archs"]
-    sources = sorted(Glob("src/*.cpp"))
+    model = ARGUMENTS.get("model", "openmp")  # hip, cuda (bench --model): kernels only, no program
+    sources = sorted(Glob("src/*.cpp") + Glob("src/*.hip") + Glob("src/*.cu"))
     if ARGUMENTS["mode"] in ("ours", "groups"):  # groups: ours with $OFFLOAD_IMAGE_GROUPS (bench --groups)
         env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
                           OFFLOAD_ARCHS=archs, OFFLOAD_FLAGS=["-O2"],
-                          OFFLOAD_IMAGE_GROUPS=ARGUMENTS["mode"] == "groups")
+                          OFFLOAD_IMAGE_GROUPS=ARGUMENTS["mode"] == "groups",
+                          OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc"])  # hip_min.h, as sample_project/hip
         objects = [env.OffloadObject(source) for source in sources]
-        env.OffloadProgram("prog", objects)
+        if model == "openmp":
+            env.OffloadProgram("prog", objects)
+    elif model != "openmp":
+        # One driver command per source: HIP with Clang 19; CUDA with Clang 22, whose driver runs CUDA 13's
+        # fatbinary (Clang 19's cannot; our side's nodes run it themselves).
+        import SCons.Defaults, SCons.Tool
+
+        if model == "hip":
+            cxx, flags = "clang++-19", ["-x", "hip", "--offload-arch=" + archs, "-nogpulib", "-nogpuinc", "-O2"]
+        else:
+            cxx, flags = "clang++-22", ["-x", "cuda", *("--cuda-gpu-arch=" + arch for arch in archs.split(",")),
+                                        "--cuda-path=/usr/local/cuda", "-nocudainc", "-nocudalib", "-O2"]
+        env = Environment(tools=["default"], CXX=cxx)
+        static_objects, _ = SCons.Tool.createObjBuilders(env)
+        for suffix in (".hip", ".cu"):
+            static_objects.add_action(suffix, SCons.Defaults.CXXAction)
+            static_objects.add_emitter(suffix, SCons.Defaults.StaticObjectEmitter)
+            SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
+        objects = [env.Object(source, CXXFLAGS=flags) for source in sources]
     else:
         from offload_builders.device_libraries import one_command_flags
         from offload_builders.targets import parse_offload_archs
@@ -83,6 +114,8 @@ SCONSTRUCT = textwrap.dedent("""
     if "decider" in ARGUMENTS:  # --decider: the project's choice, the same on both sides
         env.Decider(ARGUMENTS["decider"])
     Alias("objects", objects)
+    if model != "openmp":
+        Default("objects")
     if "report_memory" in ARGUMENTS:  # this process's own peak (the driver's side runs clang probes, larger)
         import atexit, resource
         atexit.register(lambda: print("peak-memory-kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
@@ -93,8 +126,8 @@ SCONSTRUCT = textwrap.dedent("""
             words = shlex.split(" ".join(args))  # the words as the shell would pass them
             output = os.path.relpath(words[words.index("-o") + 1] if "-o" in words
                                      else next(word for word in words if word.endswith(".partial")))
-            if output.endswith(".partial.ptx"):  # an NVPTX node's PTX, which its ptxas step (a copy too) ignores
-                open(output, "w").close()
+            if ".partial." in os.path.basename(output):  # a node's side file (OpenMP's NVPTX PTX, HIP's device
+                open(output, "w").close()                   # object), which its next step (a copy too) ignores
                 return 0
             output = output[:-len(".partial")] if output.endswith(".partial") else output
             shutil.copyfile(os.path.join(template, re.sub(r"kernel_[0-9]+", "kernel_0", output)), output)
@@ -123,6 +156,17 @@ SOURCE = textwrap.dedent("""
 """)
 
 
+#: ``--model hip`` / ``cuda``: a kernel and its launch per source, declared by the samples' headers.
+KERNEL_SOURCE = textwrap.dedent("""
+    #include "{header}"
+    __global__ void kernel_{i}(float *x, float a) {{ x[0] = x[0] * a + {i}; }}
+    void launch_{i}(float *x) {{ kernel_{i}<<<1, 1>>>(x, 2.0f); }}
+""")
+#: Per model: the sources' suffix, and the header they include (a sample's, copied beside them).
+MODEL_SOURCES = {"hip": (".hip", Path(__file__).parent.parent / "sample_project" / "hip" / "include" / "hip_min.h"),
+                 "cuda": (".cu", Path(__file__).parent.parent / "sample_project" / "cuda" / "include" / "cuda_min.h")}
+
+
 def source_text(i: int, device_edits: int = 0, host_edits: int = 0) -> str:
     """kernel_<i>.cpp after some edits of its target region (the loop count) and of its host-only function."""
     text = SOURCE.format(i=i, rounds=3 + i % 5 + device_edits, host=f"{i}.{host_edits}")
@@ -135,9 +179,17 @@ def header_text(h: int) -> str:
 
 
 def generate(root: Path, count: int) -> None:
-    """Write ``count`` synthetic sources plus a main that calls every kernel."""
+    """Write ``count`` synthetic sources plus a main that calls every kernel (``--model hip``/``cuda``: the
+    kernels and their header)."""
     src = root / "src"
     src.mkdir(parents=True)
+    if MODEL != "openmp":
+        suffix, header = MODEL_SOURCES[MODEL]
+        shutil.copyfile(header, src / header.name)
+        for i in range(count):
+            (src / f"kernel_{i}{suffix}").write_text(KERNEL_SOURCE.format(i=i, header=header.name))
+        (root / "SConstruct").write_text(SCONSTRUCT)
+        return
     for i in range(count):
         (src / f"kernel_{i}.cpp").write_text(source_text(i))
     for h in range(HEADERS):
@@ -156,6 +208,8 @@ DECIDER: str | None = None
 HEADERS = 0
 #: ``--groups``: our side links with ``$OFFLOAD_IMAGE_GROUPS`` (one image per group of sources and target).
 OURS_MODE = "ours"
+#: ``--model``: the offload model of the sources (``--scale --no-op-only`` only for hip and cuda).
+MODEL = "openmp"
 
 #: The environment of the SCons runs: Python's bytecode cache on, as in an installed package (with
 #: PYTHONDONTWRITEBYTECODE, every run would compile our modules from source: about 0.1 s a run on one side).
@@ -164,8 +218,9 @@ ENVIRON = {name: value for name, value in os.environ.items() if name != "PYTHOND
 
 def scons_command(mode: str, archs: list[str], jobs: int, *extra: str) -> list[str]:
     decider = [f"decider={DECIDER}"] if DECIDER else []
+    model = [f"model={MODEL}"] if MODEL != "openmp" else []
     mode = OURS_MODE if mode == "ours" else mode
-    return [SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *extra]
+    return [SCONS, "-Q", f"-j{jobs}", f"mode={mode}", f"archs={','.join(archs)}", *decider, *model, *extra]
 
 
 def scons(root: Path, mode: str, archs: list[str], jobs: int, *extra: str) -> float:
@@ -387,7 +442,7 @@ def floor_noop(nodes: int, archs: list[str], files: int = 1, values: int = 0) ->
 
 def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bool) -> list[Row]:
     """The scale rows of one point (sources x targets): see the module's docstring."""
-    archs = SCALE_TARGETS[:targets]
+    archs = MODEL_TARGETS[MODEL][:targets]
     roots = {mode: scratch / f"{mode}-{sources}x{targets}" for mode in ("ours", "mono")}
     for root in roots.values():
         generate(root, sources)
@@ -472,8 +527,9 @@ def parse_points(text: str) -> list[tuple[int, int]]:
     points = []
     for item in text.split(","):
         sources, _, targets = item.partition("x")
-        if not (sources.isdigit() and targets.isdigit()) or not 1 <= int(targets) <= len(SCALE_TARGETS):
-            raise argparse.ArgumentTypeError(f"{item!r}: expected <sources>x<targets>, targets 1-{len(SCALE_TARGETS)}")
+        most = max(len(targets) for targets in MODEL_TARGETS.values())
+        if not (sources.isdigit() and targets.isdigit()) or not 1 <= int(targets) <= most:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected <sources>x<targets>, targets 1-{most}")
         points.append((int(sources), int(targets)))
     return points
 
@@ -486,7 +542,8 @@ def scale(args: argparse.Namespace) -> int:
             results[sources, targets] = scale_point(Path(scratch), sources, targets, args.repeat, real)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
-              f" the rounds' ratios; targets: the first N of {','.join(SCALE_TARGETS)};"
+              f" the rounds' ratios;{'' if MODEL == 'openmp' else f' {MODEL} kernels;'}"
+              f" targets: the first N of {','.join(MODEL_TARGETS[MODEL])};"
               f" decider: {args.decider or 'SCons default (content)'}"
               f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}"
               f"{f'; each kernel includes a chain of {HEADERS} headers' if HEADERS else ''}")
@@ -496,7 +553,8 @@ def scale(args: argparse.Namespace) -> int:
             print(header, file=out)
             for (sources, targets), rows in results.items():
                 real = not args.no_op_only and sources <= args.real_up_to
-                print_table(f"{sources} sources + main.cpp x {targets} targets"
+                what = "sources + main.cpp" if MODEL == "openmp" else f"{MODEL} sources"
+                print_table(f"{sources} {what} x {targets} targets"
                             f" ({'compiled' if real else 'generated tree, see --help'})", rows, out)
     print(f"\ntable: {args.output_dir / 'scale.txt'}")
     if plot(results, args.output_dir / "scale.png"):
@@ -526,10 +584,20 @@ def main(argv: list[str] | None = None) -> int:
                              " not with generated --scale points)")
     parser.add_argument("--headers", type=int, default=0,
                         help="each kernel source includes a chain of this many headers (default 0)")
+    parser.add_argument("--model", choices=tuple(MODEL_TARGETS), default="openmp",
+                        help="the sources' offload model (default openmp); hip and cuda: --scale --no-op-only only,"
+                             " kernels built into objects (CUDA's driver side: Clang 22)")
     args = parser.parse_args(argv)
-    global DECIDER, OURS_MODE, HEADERS
+    if args.model != "openmp" and not (args.scale and args.no_op_only and not args.groups and not args.headers):
+        parser.error(f"--model {args.model}: only with --scale --no-op-only (and neither --groups nor --headers)")
+    for sources, targets in args.points:
+        if targets > len(MODEL_TARGETS[args.model]):
+            parser.error(f"--points {sources}x{targets}: the {args.model} model has {len(MODEL_TARGETS[args.model])}"
+                         f" targets ({','.join(MODEL_TARGETS[args.model])})")
+    global DECIDER, OURS_MODE, HEADERS, MODEL
     DECIDER = args.decider
     HEADERS = args.headers
+    MODEL = args.model
     OURS_MODE = "groups" if args.groups else "ours"
     if args.scale:
         return scale(args)

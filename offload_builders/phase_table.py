@@ -106,7 +106,8 @@ PHASES: tuple[PhaseRow, ...] = (
     PhaseRow(Phase.BUNDLE, (HIP,), "fat binary", "{stem}.hipfb", Scope.SOURCE, _C, _ACT, "offload_bundle"),
     PhaseRow(Phase.PACKAGE, (HIP,), "package", "{stem}.offload.pkg", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_PACKAGE_CMD"),
     PhaseRow(Phase.HOST, (HIP,), "host compile", "{stem}{obj}", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_HOST_CC1"),
-    # CUDA, per source: device compile (PTX), ptxas (cubin), the toolkit's fatbinary (or RDC: package), host compile.
+    # CUDA, per source: device compile (PTX) and ptxas (cubin), one node per target whose targets are the cubin and
+    # the PTX (the fat binary holds both); the toolkit's fatbinary (or RDC: package), host compile.
     PhaseRow(Phase.DEVICE, (CUDA,), "device compile", "{stem}.{target}.dev{suffix}", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_DEVICE_CC1"),
     PhaseRow(Phase.ASSEMBLE, (CUDA,), "assemble", "{stem}.{target}.cubin", Scope.TARGET, _C, _CMD,

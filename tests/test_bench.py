@@ -24,9 +24,9 @@ def _bench():
     return module
 
 
-def _up_to_date(root: Path, mode: str, archs: str) -> bool:
+def _up_to_date(root: Path, mode: str, archs: str, *extra: str) -> bool:
     """SCons' question mode: exit status 0 only when every target is up to date (it runs nothing)."""
-    return subprocess.run([SCONS, "-q", f"mode={mode}", f"archs={archs}"], cwd=root,
+    return subprocess.run([SCONS, "-q", f"mode={mode}", f"archs={archs}", *extra], cwd=root,
                           stdout=subprocess.DEVNULL).returncode == 0
 
 
@@ -58,6 +58,32 @@ def test_a_generated_tree_is_up_to_date_with_real_files_and_signatures(tmp_path)
         # and the question is not vacuous: an edited source is out of date
         (root / "src" / "kernel_1.cpp").write_text(bench.source_text(1, device_edits=1))
         assert not _up_to_date(root, mode, ",".join(archs)), mode
+
+
+@pytest.mark.parametrize(("model", "archs", "suffix", "outputs"), [
+    ("hip", ["gfx90a", "gfx942"], ".hip", {"kernel_0.gfx90a.hsaco", "kernel_0.hipfb"}),
+    ("cuda", ["sm_80", "sm_90"], ".cu", {"kernel_0.sm_80.cubin", "kernel_0.sm_80.dev.s", "kernel_0.fatbin"}),
+])
+def test_a_generated_hip_or_cuda_tree_is_up_to_date_with_real_files(tmp_path, monkeypatch, model, archs, suffix,
+                                                                     outputs):
+    """``--model hip``/``cuda``: both sides' generated trees of kernels (ours: our nodes; the driver's: one
+    ``clang++ -x hip``/``-x cuda`` per source) are up to date, each kernel's outputs the template's; an edited
+    kernel puts both out of date."""
+    bench = _bench()
+    monkeypatch.setattr(bench, "MODEL", model)
+    roots = _generated_trees(bench, tmp_path, archs)
+    for mode, root in roots.items():
+        assert _up_to_date(root, mode, ",".join(archs), f"model={model}"), mode
+        built = {path.name for path in (root / "src").iterdir()}
+        expected = {f"kernel_{i}{suffix}" for i in range(3)} | {f"kernel_{i}.o" for i in range(3)}
+        assert expected <= built and not any(name.startswith("main.") for name in built), sorted(built)
+        if mode == "ours":
+            assert {name.replace("kernel_0.", "kernel_2.") for name in outputs} <= built, sorted(built)
+        template = tmp_path / f"template-{mode}-{len(archs)}"
+        assert (root / "src" / "kernel_2.o").read_bytes() == (template / "src" / "kernel_0.o").read_bytes()
+        edited = root / "src" / f"kernel_1{suffix}"
+        edited.write_text("// edited\n" + edited.read_text())
+        assert not _up_to_date(root, mode, ",".join(archs), f"model={model}"), mode
 
 
 def test_the_floor_rows_count_what_scons_built_and_time_trivial_trees_of_as_many_nodes_and_inputs(tmp_path):
