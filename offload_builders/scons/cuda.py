@@ -78,6 +78,7 @@ from offload_builders.scons.common import (
     toolchain_exists,
     toolchain_for,
     user_error,
+    word_value,
 )
 from offload_builders.targets import TargetID, parse_target_id
 
@@ -125,13 +126,21 @@ def _original(env, source) -> list:
 
 
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> CudaDeviceSteps:
-    tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags = _flags(env, target, source, for_signature) + tuple(target_flags(env, tid))
-    return _model(env).device_steps(tid, flags)
+    """``tid``'s (default: the node's ``$OFFLOAD_TARGET``) device steps, once per node, source, mode and target:
+    a device node's compile and ``ptxas`` ask, and a fat binary's command for each of its targets."""
+    tid = tid if tid is not None else parse_target_id(word_value(env, "OFFLOAD_TARGET"))
+    return node_memo(target, ("cuda device steps", str(source[0]), bool(for_signature), str(tid)),
+                     lambda: _device_steps_for(env, tid, _flags(env, target, source, for_signature)))
+
+
+def _device_steps_for(env, tid: TargetID, flags: tuple[str, ...]) -> CudaDeviceSteps:
+    """``tid``'s device steps for the compile ``flags``, with the target's own."""
+    return _model(env).device_steps(tid, flags + tuple(target_flags(env, tid)))
 
 
 def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
-    return _model(env).host_steps(_flags(env, target, source, for_signature))
+    return node_memo(target, ("cuda host steps", str(source[0]), bool(for_signature)),
+                     lambda: _model(env).host_steps(_flags(env, target, source, for_signature)))
 
 
 @Renderer
@@ -139,7 +148,7 @@ def _device_cc1(target, source, env, for_signature):
     """The first step of a device node (targets: the cubin, the PTX): the compile to the PTX."""
     steps = _device_steps(env, target, source, for_signature)
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              output=partial_path(env, target[1]), **_cuid_value(steps.compile, env, source))
+                              output=partial_path(env, target[1]), **_cuid_value(steps.compile, env, target, source))
 
 
 @Renderer
@@ -180,11 +189,13 @@ def _host_cc1(target, source, env, for_signature):
     slot = "fatbin" if steps.fatbinary is not None else "package"
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
                               output=partial_path(env, target[0]), **{slot: str(device_side[0])},
-                              **_cuid_value(steps.compile, env, source))
+                              **_cuid_value(steps.compile, env, target, source))
 
 
-def _cuid_value(template, env, source) -> dict[str, str]:
-    return {"cuid": _cuid(env, source)} if "cuid" in template.slots else {}
+def _cuid_value(template, env, target, source) -> dict[str, str]:
+    if "cuid" not in template.slots:
+        return {}
+    return {"cuid": node_memo(target, ("cuid", str(source[0])), lambda: _cuid(env, source))}
 
 
 # No emitter: object_emitter hands their nodes to own_outputs itself.
@@ -210,8 +221,9 @@ def _object_emitter(target, source, env):
     try:
         toolchain_for(env).cuda_tool("ptxas")
         toolchain_for(env).cuda_tool("fatbinary")
-        host = _host_steps(env, [obj], [src], False)  # probe now: a rejected configuration stops before any compile
-        plans = {tid: _device_steps(env, [obj], [src], False, tid) for tid in targets}
+        flags = _flags(env, [obj], [src], False)  # substituted once: the same for every target here
+        host = _model(env).host_steps(flags)  # probe now: a rejected configuration stops before any compile
+        plans = {tid: _device_steps_for(env, tid, flags) for tid in targets}
         _cuid(env, [src])
     except OffloadError as error:
         raise user_error(OffloadError(f"{src}: {error}")) from None

@@ -125,6 +125,7 @@ from offload_builders.scons.common import (
     toolchain_exists,
     toolchain_for,
     user_error,
+    word_value,
 )
 from offload_builders.targets import TargetID, parse_target_id
 
@@ -196,20 +197,33 @@ def _with_defaults(env, tid: TargetID, flags: tuple[str, ...]) -> tuple[str, ...
 
 
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> HipDeviceSteps:
-    tid = tid if tid is not None else parse_target_id(env.subst("$OFFLOAD_TARGET"))
-    flags = _hip_flags(env, target, source, for_signature) + tuple(target_flags(env, tid))
-    return _hip_model(env).device_steps(tid, _with_defaults(env, tid, flags))
+    """``tid``'s (default: the node's ``$OFFLOAD_TARGET``) device steps, once per node, source, mode and target:
+    a device node's compile and link ask, and a fat binary's command for each of its targets."""
+    tid = tid if tid is not None else parse_target_id(word_value(env, "OFFLOAD_TARGET"))
+    return node_memo(target, ("hip device steps", str(source[0]), bool(for_signature), str(tid)),
+                     lambda: _device_steps_for(env, tid, _hip_flags(env, target, source, for_signature)))
+
+
+def _device_steps_for(env, tid: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
+    """``tid``'s device steps for the user's ``flags``, with the target's own and the tool's defaults."""
+    return _hip_model(env).device_steps(tid, _with_defaults(env, tid, flags + tuple(target_flags(env, tid))))
 
 
 def _host_steps(env, target, source, for_signature: bool) -> HipHostSteps:
     """The host compile, probed with :data:`HOST_PROBE_TARGET` and that target's defaults (the host job does
     not depend on the target, and the driver only checks the device libraries it is given)."""
-    flags = _hip_flags(env, target, source, for_signature)
+    return node_memo(target, ("hip host steps", str(source[0]), bool(for_signature)),
+                     lambda: _host_steps_for(env, _hip_flags(env, target, source, for_signature)))
+
+
+def _host_steps_for(env, flags: tuple[str, ...]) -> HipHostSteps:
     return _hip_model(env).host_steps(_with_defaults(env, HOST_PROBE_TARGET, flags))
 
 
-def _cuid_value(steps_template, env, source) -> dict[str, str]:
-    return {"cuid": _cuid(env, source)} if "cuid" in steps_template.slots else {}
+def _cuid_value(steps_template, env, target, source) -> dict[str, str]:
+    if "cuid" not in steps_template.slots:
+        return {}
+    return {"cuid": node_memo(target, ("cuid", str(source[0])), lambda: _cuid(env, source))}
 
 
 def device_object_path(env, code_object) -> str:
@@ -225,7 +239,7 @@ def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
     output = partial_path(env, target[0]) if steps.link is None else device_object_path(env, target[0])
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name, output=output,
-                              **_cuid_value(steps.compile, env, source))
+                              **_cuid_value(steps.compile, env, target, source))
 
 
 @Renderer
@@ -255,7 +269,7 @@ def _host_cc1(target, source, env, for_signature):
     slot = "package" if steps.rdc else "fatbin"
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
                               output=partial_path(env, target[0]),
-                              **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, source))
+                              **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, target, source))
 
 
 def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
@@ -352,8 +366,9 @@ def _object_emitter(target, source, env):
     directory = obj.dir
     try:
         # Probe now, at read time, so a configuration the driver rejects stops the build before any compile.
-        host = _host_steps(env, [obj], [src], False)
-        plans = {tid: _device_steps(env, [obj], [src], False, tid) for tid in targets}
+        flags = _hip_flags(env, [obj], [src], False)  # substituted once: the same for every target here
+        host = _host_steps_for(env, flags)
+        plans = {tid: _device_steps_for(env, tid, flags) for tid in targets}
         if not host.rdc:
             _cuid(env, [src])
     except OffloadError as error:
