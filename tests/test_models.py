@@ -304,3 +304,46 @@ def test_each_model_derives_its_command_templates_and_actions_once_a_build_not_o
     (one_nodes, one_templates, one_actions), (four_nodes, four_templates, four_actions) = counts
     assert four_nodes == 4 * one_nodes and one_templates > 0, counts
     assert (four_templates, four_actions) == (one_templates, one_actions), counts
+
+
+#: A Python program that declares one object with the tool (outside the ``scons`` command), then appends a
+#: define to the model's flags, and prints whether the object's and a device node's signature and command have it.
+LATE_FLAGS = textwrap.dedent("""
+    import sys
+
+    import SCons.Environment
+
+    import offload_builders.scons
+
+    suffix, archs, variable, device_name, hip_include = sys.argv[1:]
+    env = SCons.Environment.Environment(
+        tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()], OFFLOAD_ARCHS=archs,
+        OFFLOAD_HIP_FLAGS=["-nogpulib", "-nogpuinc", "-I" + hip_include])
+    obj = env.OffloadObject("k" + suffix)[0]
+    env.Append(**{variable: ["-DLATE_FLAG=1"]})
+    device = env.File(device_name)  # a device node of the object's
+    for node, command in ((obj, "$_OFFLOAD_HOST_CC1"), (device, "$_OFFLOAD_DEVICE_CC1")):
+        executor = node.get_executor()
+        rendered = node.get_build_env().subst(command, target=executor.get_all_targets(),
+                                              source=executor.get_all_sources())
+        print(b"LATE_FLAG=1" in executor.get_contents(), "LATE_FLAG=1" in rendered)
+""")
+
+
+@pytest.mark.parametrize(("suffix", "archs", "variable", "device"), [
+    (".hip", "gfx90a,gfx942", "OFFLOAD_HIP_FLAGS", "k.gfx90a.hsaco"),
+    (".cu", "sm_80,sm_90", "OFFLOAD_CUDA_FLAGS", "k.sm_80.cubin")])
+def test_flags_appended_after_the_declaration_reach_signature_and_command_alike(tmp_path, llvm19, cuda, suffix,
+                                                                                 archs, variable, device):
+    """As in any SCons build, a node is rendered with its environment as it is when the node is built: a flag
+    appended after ``OffloadObject`` reaches the object's and the device nodes' signatures and commands
+    alike (an emitter that kept the flags it substituted per node would give the command the old ones)."""
+    (tmp_path / "cuda_min.h").write_text(CUDA_MIN_H)
+    (tmp_path / f"k{suffix}").write_text({".cu": SCALE_CU, ".hip": KERNEL}[suffix])
+    program = tmp_path / "late_flags.py"
+    program.write_text(LATE_FLAGS)
+    done = subprocess.run([sys.executable, str(program), suffix, archs, variable, device,
+                           str(REPO_ROOT / "sample_project" / "hip" / "include")], cwd=tmp_path,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["True"] * 4, done.stdout
