@@ -32,6 +32,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from offload_builders.driver import (
     CommandTemplate,
@@ -39,6 +40,7 @@ from offload_builders.driver import (
     image_spec,
     is_cc1,
     job_template,
+    memoized,
     probe as driver_probe,
     tool_name,
     value_after,
@@ -149,7 +151,7 @@ class CudaPhaseModel:
         self.toolchain = toolchain
         self.cwd = str(cwd)
         self.cache = cache
-        self._steps: dict[tuple, CudaDeviceSteps | CudaHostSteps] = {}
+        self._steps: dict[tuple, Any] = {}
 
     @property
     def driver(self) -> str:
@@ -176,17 +178,13 @@ class CudaPhaseModel:
 
     def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> CudaDeviceSteps:
         """Templates for one target's device compile and ptxas, and the images it puts in the fat binary."""
-        key = (target, tuple(flags))
-        if key not in self._steps:
-            self._steps[key] = self._device_steps(target, key[1])
-        return self._steps[key]  # type: ignore[return-value]
+        flags = tuple(flags)
+        return memoized(self._steps, (target, flags), lambda: self._device_steps(target, flags))
 
     def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
         """The host compile's template (independent of the targets) and the fat binary's command."""
-        key = ("host", tuple(flags))
-        if key not in self._steps:
-            self._steps[key] = self._host_steps(key[1])
-        return self._steps[key]  # type: ignore[return-value]
+        flags = tuple(flags)
+        return memoized(self._steps, ("host", flags), lambda: self._host_steps(flags))
 
     def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> CudaDeviceSteps:
         check_flags(flags)

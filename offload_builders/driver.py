@@ -16,9 +16,10 @@ import os
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from offload_builders.errors import ToolchainError
 from offload_builders.toolchain import ProbeCache, user_cache
@@ -451,3 +452,13 @@ def image_spec(packager_job: Sequence[str]) -> tuple[str, ...]:
     pairs = images[0][len("--image="):].split(",")
     return tuple(pair for pair in pairs if not pair.startswith("file="))
 
+
+_Made = TypeVar("_Made")
+
+
+def memoized(memo: dict[Any, Any], key: Hashable, make: Callable[[], _Made]) -> _Made:
+    """``make()`` once per ``key`` in ``memo``: what a phase model derives from the driver's jobs per target and
+    flags, which every node of every source with those flags renders from."""
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]

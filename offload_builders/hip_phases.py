@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from offload_builders import device_libraries
 from offload_builders.driver import (
@@ -48,6 +48,7 @@ from offload_builders.driver import (
     image_spec,
     is_cc1,
     job_template,
+    memoized,
     probe as driver_probe,
     tool_name,
     value_after,
@@ -408,7 +409,7 @@ class HipPhaseModel:
         self.toolchain = toolchain
         self.cwd = str(cwd)
         self.cache = cache
-        self._steps: dict[tuple, HipDeviceSteps | HipHostSteps] = {}
+        self._steps: dict[tuple, Any] = {}
 
     @property
     def driver(self) -> str:
@@ -445,17 +446,13 @@ class HipPhaseModel:
 
     def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> HipDeviceSteps:
         """Templates for one target's device compile (and, non-RDC, its code-object link)."""
-        key = (target, tuple(flags))
-        if key not in self._steps:
-            self._steps[key] = self._device_steps(target, key[1])
-        return self._steps[key]  # type: ignore[return-value]
+        flags = tuple(flags)
+        return memoized(self._steps, (target, flags), lambda: self._device_steps(target, flags))
 
     def host_steps(self, flags: Sequence[str] = ()) -> HipHostSteps:
         """The host compile's template (independent of the targets) and, non-RDC, the bundler's parameters."""
-        key = ("host", tuple(flags))
-        if key not in self._steps:
-            self._steps[key] = self._host_steps(key[1])
-        return self._steps[key]  # type: ignore[return-value]
+        flags = tuple(flags)
+        return memoized(self._steps, ("host", flags), lambda: self._host_steps(flags))
 
     def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
         rdc = is_rdc(flags)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from offload_builders.device_libraries import device_library_flags
 from offload_builders.driver import (
@@ -43,6 +44,7 @@ from offload_builders.driver import (
     image_spec,
     is_cc1,
     job_template,
+    memoized,
     parse_driver_jobs,
     portable_signature,
     probe,
@@ -130,7 +132,7 @@ class PhaseModel:
         self.toolchain = toolchain
         self.cwd = str(cwd)
         self.cache = cache
-        self._steps: dict[tuple, HostSteps | DeviceSteps] = {}
+        self._steps: dict[tuple, Any] = {}
 
     def driver(self, language: str) -> str:
         return str(self.toolchain.clangxx if language == "c++" else self.toolchain.clang)
@@ -140,17 +142,13 @@ class PhaseModel:
 
     def host_steps(self, language: str, flags: Sequence[str] = ()) -> HostSteps:
         """Templates for the host front end and the embed step (independent of the targets)."""
-        key = ("host", language, tuple(flags))
-        if key not in self._steps:
-            self._steps[key] = self._host_steps(language, flags)
-        return self._steps[key]  # type: ignore[return-value]
+        flags = tuple(flags)
+        return memoized(self._steps, ("host", language, flags), lambda: self._host_steps(language, flags))
 
     def device_steps(self, target: TargetID, language: str, flags: Sequence[str] = ()) -> DeviceSteps:
         """Templates for one target's device compile (and assemble), probed for that target alone."""
-        key = (target, language, tuple(flags))
-        if key not in self._steps:
-            self._steps[key] = self._device_steps(target, language, flags)
-        return self._steps[key]  # type: ignore[return-value]
+        flags = tuple(flags)
+        return memoized(self._steps, (target, language, flags), lambda: self._device_steps(target, language, flags))
 
     def _host_steps(self, language: str, flags: Sequence[str]) -> HostSteps:
         host_probe = TargetID("x86_64")

@@ -209,6 +209,14 @@ def node_memo(target, key: tuple, make: Callable[[], _Value]) -> _Value:
     return memo[key]
 
 
+def node_flags(target, source, for_signature: bool, substitute: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+    """A HIP or CUDA node's user flags, ``substitute()`` once per node, source and mode once the SConscripts are
+    read (:func:`node_memo`): a fat binary's command asks for each of its targets' steps. Only renderers call
+    it, never an emitter: a flag appended after the declaration must reach the command as it reaches the
+    signature."""
+    return node_memo(target, ("flags", str(source[0]), bool(for_signature)), substitute)
+
+
 def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     """Rendered arguments, protected from further ``$`` expansion and word splitting."""
     return [SCons.Subst.Literal(arg) for arg in argv]

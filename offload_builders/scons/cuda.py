@@ -66,6 +66,7 @@ from offload_builders.scons.common import (
     compile_flags,
     mark_model,
     model_targets_for,
+    node_flags,
     node_memo,
     override_environment,
     own_outputs,
@@ -103,13 +104,8 @@ def _model(env) -> CudaPhaseModel:
     return phase_model(env, CudaPhaseModel)
 
 
-def _node_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
-    """:func:`_flags` once per node and mode once the SConscripts are read (see
-    :func:`~offload_builders.scons.common.node_memo`): a fat binary's command asks for each of its targets'
-    steps. Only renderers call it, never an emitter: a flag appended after the declaration must reach the
-    command as it reaches the signature."""
-    return node_memo(target, ("cuda flags", str(source[0]), bool(for_signature)),
-                     lambda: _flags(env, target, source, for_signature))
+def _rendered_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
+    return node_flags(target, source, for_signature, lambda: _flags(env, target, source, for_signature))
 
 
 def _flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
@@ -133,7 +129,7 @@ def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None
     a device node's compile and ``ptxas`` ask, and a fat binary's command for each of its targets."""
     tid = tid if tid is not None else parse_target_id(word_value(env, "OFFLOAD_TARGET"))
     return node_memo(target, ("cuda device steps", str(source[0]), bool(for_signature), str(tid)),
-                     lambda: _device_steps_for(env, tid, _node_flags(env, target, source, for_signature)))
+                     lambda: _device_steps_for(env, tid, _rendered_flags(env, target, source, for_signature)))
 
 
 def _device_steps_for(env, tid: TargetID, flags: tuple[str, ...]) -> CudaDeviceSteps:
@@ -143,7 +139,7 @@ def _device_steps_for(env, tid: TargetID, flags: tuple[str, ...]) -> CudaDeviceS
 
 def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
     return node_memo(target, ("cuda host steps", str(source[0]), bool(for_signature)),
-                     lambda: _model(env).host_steps(_node_flags(env, target, source, for_signature)))
+                     lambda: _model(env).host_steps(_rendered_flags(env, target, source, for_signature)))
 
 
 @Renderer

@@ -112,6 +112,7 @@ from offload_builders.scons.common import (
     depend_on_device_libraries,
     mark_model,
     model_targets_for,
+    node_flags,
     node_memo,
     override_environment,
     own_outputs,
@@ -168,13 +169,8 @@ def _hip_model(env) -> HipPhaseModel:
     return phase_model(env, HipPhaseModel)
 
 
-def _node_hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
-    """:func:`_hip_flags` once per node and mode once the SConscripts are read (see
-    :func:`~offload_builders.scons.common.node_memo`): a fat binary's command asks for each of its targets'
-    steps. Only renderers call it, never an emitter: a flag appended after the declaration must reach the
-    command as it reaches the signature."""
-    return node_memo(target, ("hip flags", str(source[0]), bool(for_signature)),
-                     lambda: _hip_flags(env, target, source, for_signature))
+def _rendered_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
+    return node_flags(target, source, for_signature, lambda: _hip_flags(env, target, source, for_signature))
 
 
 def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
@@ -204,7 +200,7 @@ def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None
     a device node's compile and link ask, and a fat binary's command for each of its targets."""
     tid = tid if tid is not None else parse_target_id(word_value(env, "OFFLOAD_TARGET"))
     return node_memo(target, ("hip device steps", str(source[0]), bool(for_signature), str(tid)),
-                     lambda: _device_steps_for(env, tid, _node_hip_flags(env, target, source, for_signature)))
+                     lambda: _device_steps_for(env, tid, _rendered_flags(env, target, source, for_signature)))
 
 
 def _device_steps_for(env, tid: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
@@ -216,7 +212,7 @@ def _host_steps(env, target, source, for_signature: bool) -> HipHostSteps:
     """The host compile, probed with :data:`HOST_PROBE_TARGET` and that target's defaults (the host job does
     not depend on the target, and the driver only checks the device libraries it is given)."""
     return node_memo(target, ("hip host steps", str(source[0]), bool(for_signature)),
-                     lambda: _host_steps_for(env, _node_hip_flags(env, target, source, for_signature)))
+                     lambda: _host_steps_for(env, _rendered_flags(env, target, source, for_signature)))
 
 
 def _host_steps_for(env, flags: tuple[str, ...]) -> HipHostSteps:
