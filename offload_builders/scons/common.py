@@ -39,7 +39,7 @@ import SCons.Warnings
 
 from offload_builders import device_libraries, leftovers, linking, models
 from offload_builders.content_records import ContentRecords
-from offload_builders.driver import BoundCommand, portable_signature
+from offload_builders.driver import BoundCommand, memoized, portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -204,9 +204,7 @@ def node_memo(target, key: tuple, make: Callable[[], _Value]) -> _Value:
     memo = getattr(target[0].attributes, "_offload_memo", None)
     if memo is None:
         memo = target[0].attributes._offload_memo = {}
-    if key not in memo:
-        memo[key] = make()
-    return memo[key]
+    return memoized(memo, key, make)
 
 
 def node_flags(target, source, for_signature: bool, substitute: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
@@ -571,18 +569,18 @@ class CachingLazyAction(SCons.Action.LazyAction):
     no-op), and hashes the function's code each time; the same function gives the same action. Other values
     (a command line, a list) take SCons' own path."""
 
+    def __init__(self, var, kw) -> None:
+        super().__init__(var, kw)
+        self._made: dict[Any, SCons.Action.ActionBase] = {}  # per function value, the action made of it
+
     def _generate_cache(self, env):
         value = env.get(self.var) if env else None
         if not callable(value) or isinstance(value, SCons.Action.ActionBase):
             return super()._generate_cache(env)
-        made = self.__dict__.setdefault("_made", {})
         try:
-            action = made.get(value)
+            return memoized(self._made, value, lambda: super(CachingLazyAction, self)._generate_cache(env))
         except TypeError:  # an unhashable callable object
             return super()._generate_cache(env)
-        if action is None:
-            action = made[value] = super()._generate_cache(env)
-        return action
 
 
 class PhaseCommandAction(CachingLazyAction):

@@ -51,6 +51,7 @@ from offload_builders.scons.common import (
     deploy_devices,
     mark_model,
     model_targets_for,
+    node_memo,
     override_environment,
     own_outputs,
     partial_path,
@@ -87,15 +88,7 @@ def _object_memo(target, key: tuple, make: Callable[[], Any]) -> Any:
     read): the host front end and the embed step share the host steps, a target's device compile, ``ptxas``
     and the package its device steps. All of an object's nodes have its environment, with only our own
     variables overridden (``$OFFLOAD_TARGET``: part of the key), and its target for ``$TARGET``."""
-    obj = _object_of(target)[0] if target else None
-    memo = getattr(obj.attributes, "offload_steps", None) if obj is not None else None
-    if memo is None:
-        if obj is None:
-            return make()
-        memo = obj.attributes.offload_steps = {}
-    if key not in memo:
-        memo[key] = make()
-    return memo[key]
+    return node_memo(_object_of(target), ("object",) + key, make)
 
 
 def _object_flags(env, target, source, for_signature: bool) -> tuple[str, tuple[str, ...]]:
