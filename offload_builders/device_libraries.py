@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from offload_builders import nvptx_tools
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import Toolchain
 
@@ -126,8 +127,9 @@ def device_library_flags(toolchain: Toolchain, target: TargetID, flags: Sequence
         elif not user_cuda:
             return ("-nogpulib",)
     if not user_cuda:
-        if toolchain.cuda_path is not None and (toolchain.cuda_path / LIBDEVICE).is_file():
-            added.append(f"--cuda-path={toolchain.cuda_path}")
+        tools = nvptx_tools.openmp_cuda_path(toolchain)  # libdevice and ptxas of images the runtime loads
+        if tools is not None and (tools / LIBDEVICE).is_file():
+            added.append(f"--cuda-path={tools}")
         elif not user_runtime:
             return ("-nogpulib",)
     return tuple(added)

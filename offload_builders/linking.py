@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from offload_builders import nvptx_tools
 from offload_builders.driver import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
@@ -511,8 +512,8 @@ def device_link_command(toolchain: Toolchain, key: GroupKey, inputs: Sequence[st
         argv.extend([f"-mcpu={arch}", "-flto"])  # with -flto the driver turns a target ID into lld's mcpu/mattr
     elif triple == NVPTX_TRIPLE:
         argv.append(f"-march={arch}")
-        if toolchain.cuda_path is not None:
-            argv.append(f"--cuda-path={toolchain.cuda_path}")
+        if (tools := nvptx_tools.openmp_cuda_path(toolchain)) is not None:  # ptxas and nvlink the runtime loads
+            argv.append(f"--cuda-path={tools}")
     argv.extend(flags)
     if triple == NVPTX_TRIPLE and (level := _ptxas_opt_level(flags)) is not None:
         # clang-linker-wrapper runs LTO at this level and then ptxas at the driver's mapping of it;

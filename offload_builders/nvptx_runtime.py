@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from offload_builders import linking
+from offload_builders import linking, nvptx_tools
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.formats.containers import ContainerKind, FoundBinary, Origin, identify
 from offload_builders.formats.offload_binary import (
@@ -194,7 +194,7 @@ def ptxas_command(lto_argv: Sequence[str], toolchain: Toolchain, assembly: str, 
         elif arg.startswith("--ptxas-path=") and not ptxas:
             candidate = Path(arg.partition("=")[2]) / "ptxas"
             ptxas = str(candidate) if candidate.is_file() else ""
-    ptxas = ptxas or str(toolchain.cuda_tool("ptxas"))
+    ptxas = ptxas or str(nvptx_tools.openmp_tool(toolchain, "ptxas"))
     return [ptxas, "-m64", "-c", assembly, *(["-O0", "-g"] if debug else [f"-O{level}"]), "-arch", arch,
             "-o", output]
 

@@ -267,6 +267,10 @@ def _binary_stamp(program: str) -> list:
     return [os.path.abspath(program), real, stat.st_size, stat.st_mtime_ns]
 
 
+#: The stamp of a program as the caches key it (path as given, the binary behind it, size, mtime).
+binary_stamp = _binary_stamp
+
+
 #: For a driver that is a wrapper (its InstalledDir is not its own directory): the stamp of the compiler
 #: it runs, added to the probe keys of that driver so that upgrading that compiler probes again.
 _COMPILER_BEHIND: dict[str, list] = {}
@@ -305,15 +309,22 @@ def _driver_search_stamp() -> list[list]:
     return stamp
 
 
+def user_cache_dir() -> str | None:
+    """The per-user cache directory (``$OFFLOAD_BUILDERS_CACHE_DIR``, else ``offload-builders`` in the XDG
+    cache directory); None where ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns the caches off."""
+    directory = os.environ.get("OFFLOAD_BUILDERS_CACHE_DIR")
+    if directory is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        directory = os.path.join(base, "offload-builders")
+    return directory or None
+
+
 def user_cache(name: str, max_entries: int | None = None) -> ProbeCache | None:
     """A per-user cache file (``$OFFLOAD_BUILDERS_CACHE_DIR/<name>``, else in the XDG cache directory).
 
     ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns these caches off.
     """
-    directory = os.environ.get("OFFLOAD_BUILDERS_CACHE_DIR")
-    if directory is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        directory = os.path.join(base, "offload-builders")
+    directory = user_cache_dir()
     return probe_cache(os.path.join(directory, name), max_entries) if directory else None
 
 

@@ -37,7 +37,7 @@ import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
-from offload_builders import device_libraries, leftovers, linking, models
+from offload_builders import device_libraries, leftovers, linking, models, nvptx_tools
 from offload_builders.content_records import ContentRecords
 from offload_builders.driver import BoundCommand, memoized, portable_signature
 from offload_builders.errors import OffloadError
@@ -788,8 +788,8 @@ def _check_tools(toolchain: Toolchain, nvptx: bool) -> None:
     """Once per toolchain and need, not per source (an error is not cached: it stops the build)."""
     try:
         toolchain.tool("clang-offload-packager")
-        if nvptx:
-            toolchain.cuda_tool("ptxas")
+        if nvptx:  # the tools of OpenMP images: one the runtime loads, or one line saying why there is none
+            nvptx_tools.openmp_tool(toolchain, "ptxas")
     except OffloadError as error:
         raise user_error(error) from None
 

@@ -25,7 +25,7 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Script
 
-from offload_builders import device_libraries, image_groups, leftovers, linking
+from offload_builders import device_libraries, image_groups, leftovers, linking, nvptx_tools
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name
 from offload_builders.scons.common import (
@@ -92,7 +92,8 @@ def offload_group_link(target, source, env) -> int:
         unpacked = linking.unpack_device_inputs(str(source[0]), scratch)
         digests = [image_groups.file_digest(path) for path in unpacked]
         # what the link runs besides argv[0]: CUDA's tools behind clang-nvlink-wrapper
-        programs = [str(toolchain.cuda_tool(name)) for name in ("ptxas", "nvlink")] if tid.kind == "nvptx" else []
+        programs = ([str(nvptx_tools.openmp_tool(toolchain, name)) for name in ("ptxas", "nvlink")]
+                    if tid.kind == "nvptx" else [])
         os.makedirs(cache, exist_ok=True)
         used: set[str] = set()
         rpc_users: list[image_groups.ImageGroup] = []

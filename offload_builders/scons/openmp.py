@@ -23,7 +23,7 @@ import SCons.Node.FS
 import SCons.Tool
 import SCons.Warnings
 
-from offload_builders import linking
+from offload_builders import linking, nvptx_tools
 from offload_builders.errors import OffloadError
 from offload_builders.leftovers import PACKAGE_SUFFIX, PTX_SUFFIX
 from offload_builders.phase_table import OPENMP, Phase, node_name
@@ -365,7 +365,7 @@ def check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
             toolchain.tool("ld.lld")
         if any(tid.kind == "nvptx" for tid in targets):
             toolchain.tool("clang-nvlink-wrapper")
-            toolchain.cuda_tool("nvlink")
+            nvptx_tools.openmp_tool(toolchain, "nvlink")
     except OffloadError as error:
         raise user_error(error) from None
 
