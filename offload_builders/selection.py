@@ -22,7 +22,9 @@ header. (clang-offload-bundler picks among several compatible entries in its ``S
 instead; Clang's conflict rule keeps a driver-built bundle from holding two entries that both fit one
 device, so the difference shows only in hand-made bundles.) NVPTX follows the CUDA rule: a cubin for
 ``sm_XY`` runs on compute capability X.Z with Z >= Y (``sm_90a``: 9.0 only), PTX is JIT-compiled for any
-newer device.
+newer device. An OpenMP cubin must also pass the OpenMP runtime's own ELF checks, in the layout that runtime
+reads (:mod:`offload_builders.formats.cubin`: libomptarget 19 refuses CUDA 13's ABI-8 cubins); the device's
+runtime is LLVM ``llvm_version`` (the file's), or ``libomptarget=X.Y.Z`` among its capabilities.
 
 Each registration unit (one bundle, the offload binaries of one object or executable, one NVIDIA fat
 binary) is a :class:`Module` and is selected on its own: a program links several HIP fat binaries, and
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from offload_builders.errors import OffloadError, TargetIDError
+from offload_builders.formats import cubin as cubin_format
 from offload_builders.formats.bundle_id import TripleKey, split_triple
 from offload_builders.targets import (
     AMDGPU_TRIPLE,
@@ -157,6 +160,7 @@ class Device:
     ptx_jit: bool = True
     runtimes: frozenset[str] = ALL_RUNTIMES
     extra: frozenset[Requirement] = frozenset()
+    libomptarget: tuple[int, ...] | None = None  # the OpenMP runtime's LLVM version (None: the file's LLVM)
 
     def __str__(self) -> str:
         return str(self.target)
@@ -192,6 +196,7 @@ class Device:
             "code_object_versions": sorted(self.code_object_versions), "spirv": self.spirv,
             "ptx_jit": self.ptx_jit, "runtimes": sorted(self.runtimes),
             "extra": sorted(str(r) for r in self.extra),
+            "libomptarget": cubin_format.version_text(self.libomptarget) if self.libomptarget else None,
         }
 
 
@@ -215,7 +220,8 @@ def _parse_target(text: str) -> TargetID:
 def parse_capability(text: str, device: Device) -> Device:
     """Add one capability to ``device``: ``cov5`` (the loader takes code object v5; the first ``covN`` replaces
     the default set), ``spirv``/``no-spirv``, ``ptx-jit``/``no-ptx-jit``, ``hip``/``openmp``/``cuda`` (the first
-    one replaces the default "any runtime"), or ``NAME=VALUE`` for a requirement of any other name."""
+    one replaces the default "any runtime"), ``libomptarget=19.1.7`` (the OpenMP runtime's LLVM version, whose
+    cubin checks apply), or ``NAME=VALUE`` for a requirement of any other name."""
     tag = text.strip()
     if match := re.fullmatch(r"cov(\d+)", tag):
         versions = device.code_object_versions
@@ -226,6 +232,8 @@ def parse_capability(text: str, device: Device) -> Device:
         return replace(device, spirv=tag == "spirv")
     if tag in ("ptx-jit", "no-ptx-jit"):
         return replace(device, ptx_jit=tag == "ptx-jit")
+    if match := re.fullmatch(r"libomptarget=(\d+(?:\.\d+){0,2})", tag):
+        return replace(device, libomptarget=tuple(int(part) for part in match.group(1).split(".")))
     if tag in ALL_RUNTIMES:
         runtimes = device.runtimes if device.runtimes != ALL_RUNTIMES else frozenset()
         return replace(device, runtimes=runtimes | {tag})
@@ -233,7 +241,7 @@ def parse_capability(text: str, device: Device) -> Device:
     if eq and re.fullmatch(r"[A-Za-z][\w.-]*", name) and value:
         return replace(device, extra=device.extra | {Requirement(name, value)})
     raise SelectionError(f"unknown device capability {text!r}; expected covN (e.g. cov5), spirv, no-spirv, "
-                         "ptx-jit, no-ptx-jit, hip, openmp, cuda or NAME=VALUE")
+                         "ptx-jit, no-ptx-jit, hip, openmp, cuda, libomptarget=X.Y.Z or NAME=VALUE")
 
 
 def parse_device(text: str, capabilities: Iterable[str] = ()) -> Device:
@@ -267,11 +275,14 @@ class Image:
     index: int
     requirements: tuple[Requirement, ...]
     code_object_version: int | None = None
+    cubin: cubin_format.CubinHeader | None = None   # an NVIDIA ELF image's header
+    llvm_version: int = 19                          # of the file, the runtime's where the device names none
 
     def as_dict(self) -> dict[str, Any]:
         return {"entry_id": self.entry_id, "kind": self.kind, "triple": self.triple, "target_id": self.target_id,
                 "image_kind": self.image_kind, "origin": self.origin, "index": self.index,
                 "code_object_version": self.code_object_version,
+                "cubin": self.cubin.describe() if self.cubin else None,
                 "requirements": [str(r) for r in self.requirements]}
 
 
@@ -411,10 +422,25 @@ def _unmet(req: Requirement, device: Device) -> str | None:
     return f"needs {req}; the device does not have that capability"
 
 
+def _openmp_cubin_refusal(image: Image, device: Device) -> str | None:
+    """Why the device's OpenMP runtime refuses an OpenMP cubin by its ELF header (its ``checkMachine`` and the
+    CUDA plugin's SM check, in the layout that runtime version reads), or None. A relocatable cubin (a fat
+    object's) is not what the runtime loads: the device link writes that, so it is judged in the program."""
+    if image.cubin is None or RUNTIME_OF_KIND.get(image.kind) != "openmp" or device.target.kind != "nvptx":
+        return None
+    if image.cubin.e_type not in (cubin_format.ET_EXEC, cubin_format.ET_DYN):
+        return None
+    have = _sm_version(device.target.processor)
+    runtime = device.libomptarget or (image.llvm_version,)
+    return cubin_format.runtime_refusal(image.cubin, runtime, have[0] * 10 + have[1] if have else None)
+
+
 def judge(image: Image, device: Device) -> Verdict:
     """Every unmet requirement of ``image`` on ``device``, and its tier when it fits."""
     problems = [p for r in image.requirements if r.name == "runtime" and (p := _unmet(r, device))]
     tier, placement = _tier(image, device)
+    if not placement and (refusal := _openmp_cubin_refusal(image, device)):
+        placement = [refusal]
     problems += placement
     if not placement:  # features and code-object version only mean something for the right processor
         problems += [p for r in image.requirements if r.name != "runtime" and (p := _unmet(r, device))]
@@ -500,12 +526,17 @@ def _payload_head(payload: Any, path: str, size: int = 64) -> bytes:
 
 
 def _image(kind: str, triple: str, target: str, image_kind: str, origin: str, index: int, entry_id: str,
-           head: Callable[[], bytes] | None) -> Image:
-    cov = None
-    if head is not None and image_kind in ("elf", "object") and TripleKey.parse(triple).arch == "amdgcn":
+           head: Callable[[], bytes] | None, llvm_version: int = 19) -> Image:
+    cov, header = None, None
+    arch = TripleKey.parse(triple).arch
+    if head is not None and image_kind in ("elf", "object") and arch == "amdgcn":
         cov = _code_object_version(head())
+    elif head is not None and image_kind in ("elf", "object", "cubin") and arch.startswith("nvptx"):
+        data = head()
+        if data[:4] == b"\x7fELF":
+            header = cubin_format.read_header(data)
     reqs = image_requirements(kind, triple, target, image_kind=image_kind, code_object_version=cov)
-    return Image(entry_id, kind, triple, target, image_kind, origin, index, reqs, cov)
+    return Image(entry_id, kind, triple, target, image_kind, origin, index, reqs, cov, header, llvm_version)
 
 
 def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19, display: str | None = None) -> list[Module]:
@@ -549,7 +580,7 @@ def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19, display:
             entry_id = p.bundle_id or f"{p.kind}-{_four_field(p.triple)}-{p.arch}"
             image_kind = "elf" if p.image_kind in ("elf", "object") else p.image_kind
             images.append(_image(p.kind, p.triple, p.arch, image_kind, where, len(images), entry_id,
-                                 functools.partial(_payload_head, p, fspath)))
+                                 functools.partial(_payload_head, p, fspath), llvm_version))
     return [Module(origins[key], tuple(images)) for key, images in groups.items() if images]
 
 
@@ -604,11 +635,12 @@ def select_file(path: str | os.PathLike[str], device: Device | str, *, llvm_vers
 
 
 def check_deployment(path: str | os.PathLike[str], devices: Sequence[str | Device], *,
-                     llvm_version: int = 19) -> list[str]:
+                     llvm_version: int = 19, runtime: tuple[int, ...] | None = None) -> list[str]:
     """The problems keeping the file at ``path`` from running on each of ``devices``; empty when every
     device finds an image in every module. For a build step: fail the build when this is not empty.
 
     A device string may carry capabilities after whitespace or ``;`` (``"gfx90a:sramecc+:xnack- cov5"``).
+    ``runtime`` is the OpenMP runtime's LLVM version where a device names none (``libomptarget=``).
     Raises :class:`SelectionError` for a device that cannot be parsed, and
     :class:`~offload_builders.errors.OffloadFormatError` for a malformed file.
     """
@@ -621,6 +653,8 @@ def check_deployment(path: str | os.PathLike[str], devices: Sequence[str | Devic
         else:
             name, *caps = item.replace(";", " ").split() or [""]
             parsed.append(parse_device(name, caps))
+    if runtime is not None:
+        parsed = [device if device.libomptarget else replace(device, libomptarget=runtime) for device in parsed]
     modules = modules_in(path, llvm_version=llvm_version)
     problems: list[str] = []
     for device in parsed:

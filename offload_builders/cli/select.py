@@ -28,7 +28,9 @@ USAGE: {PROG} --device <target-id> [options] <file>
 OPTIONS:
   --device=<id>          - The device, e.g. gfx90a:sramecc+:xnack-, sm_90, x86_64 (repeat for several)
   --device-cap=<caps>    - Capabilities: covN (loader takes code object vN), spirv, no-spirv, ptx-jit,
-                           no-ptx-jit, hip, openmp, cuda, NAME=VALUE (comma-separated, repeatable)
+                           no-ptx-jit, hip, openmp, cuda, libomptarget=X.Y.Z (the OpenMP runtime's
+                           LLVM version, whose cubin checks apply; default --llvm-version), NAME=VALUE
+                           (comma-separated, repeatable)
   --cov=<list>           - Same as --device-cap=cov<N>,... (e.g. --cov=4,5)
   --json                 - Print machine-readable JSON
   --llvm-version=<N>     - LLVM release whose OffloadBinary kind numbers to use (default {DEFAULT_LLVM_VERSION})

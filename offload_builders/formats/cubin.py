@@ -83,8 +83,8 @@ def read_file_header(path: str) -> CubinHeader:
 def runtime_reads_abi8(version: tuple[int, ...]) -> bool:
     """Whether the LLVM OpenMP runtime of this LLVM version reads ABI-8 cubins (see the module's docstring)."""
     major = version[0]
-    if major in FIRST_READING_ABI8:
-        return tuple(version) >= FIRST_READING_ABI8[major]
+    if major in FIRST_READING_ABI8:  # a bare major (22) or major.minor counts as its .0 release
+        return (*version, 0, 0)[:3] >= FIRST_READING_ABI8[major]
     return major > max(FIRST_READING_ABI8)
 
 
