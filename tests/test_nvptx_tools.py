@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import driver_library_flags
 from elftools.elf.elffile import ELFFile
 
+from conftest import driver_library_flags
 from offload_builders import nvptx_tools
 from offload_builders.errors import ToolchainError
 from offload_builders.formats import cubin
@@ -81,8 +81,8 @@ def test_nvjitlink_nvlink_keeps_abi_7_and_says_one_line_for_what_it_cannot(wheel
     subprocess.run([nvlink, "-o", str(out), "-arch", "sm_90", "-L", str(tmp_path), str(relocatable)], check=True)
     header = cubin.read_file_header(str(out))
     assert (header.ei_abiversion, header.e_type, header.sm) == (7, cubin.ET_EXEC, 90)
-    with ELFFile(open(out, "rb")) as elf:  # noqa: SIM115 - closed by ELFFile's stream on exit
-        assert any(s.name == ".text.k" for s in elf.iter_sections())
+    with open(out, "rb") as f:
+        assert any(section.name == ".text.k" for section in ELFFile(f).iter_sections())
     failed = subprocess.run([nvlink, "-o", str(out), "-arch", "sm_90", "-lfoo", str(relocatable)],
                             capture_output=True, text=True)
     assert failed.returncode == 1 and failed.stderr.count("\n") == 1 and "-lfoo" in failed.stderr
