@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from offload_builders import linking
+from offload_builders.errors import OffloadError
 from offload_builders.formats.compressed import CompressionOptions
 from offload_builders.phase_table import CUDA, HIP, OPENMP
+from offload_builders.targets import NVPTX_TRIPLE
 from offload_builders.toolchain import Toolchain
 
 
@@ -31,6 +33,19 @@ class LinkedImage:
     key: linking.GroupKey      # (triple, arch): the arch is the target ID (empty for the host CPU)
     path: str                  # an empty file: the group had no device code, and nothing registers it
     kinds: frozenset[str]      # what linking.device_input_kinds reads from the group's device input file
+
+
+def check_openmp_image(image: LinkedImage, toolchain: Toolchain) -> None:
+    """Refuse to register an NVPTX image the program's OpenMP runtime would not load (its ELF checks, in the
+    layout that runtime reads: :mod:`offload_builders.formats.cubin`), rather than link a program that stops
+    with "No images found compatible with the installed hardware"."""
+    if image.key[0] != NVPTX_TRIPLE:
+        return
+    from offload_builders.formats import cubin
+
+    refusal = cubin.runtime_refusal(cubin.read_file_header(image.path), toolchain.version)
+    if refusal is not None:
+        raise OffloadError(f"{image.path}: the OpenMP runtime would not load this {image.key[1]} image: {refusal}")
 
 
 def registration_object(images: Sequence[LinkedImage], toolchain: Toolchain, scratch: str, *,
@@ -54,6 +69,7 @@ def registration_object(images: Sequence[LinkedImage], toolchain: Toolchain, scr
         if os.path.getsize(image.path) == 0:
             continue
         if OPENMP in image.kinds:
+            check_openmp_image(image, toolchain)
             openmp_images.append((image.key, image.path))
         if CUDA in image.kinds:
             cuda_images.append((image.key[1], image.path))
@@ -75,4 +91,4 @@ def registration_object(images: Sequence[LinkedImage], toolchain: Toolchain, scr
     return registration.compile_module(registration.new_module(triple), triple)
 
 
-__all__ = ["LinkedImage", "registration_object"]
+__all__ = ["LinkedImage", "check_openmp_image", "registration_object"]

@@ -187,3 +187,21 @@ def test_offload_select_refuses_a_cuda_13_image_for_the_llvm_19_runtime_and_says
     assert newer.returncode == 0 and newer.stdout.strip() == "openmp-nvptx64-nvidia-cuda--sm_90"
     problems = check_deployment(program, ["sm_90"], runtime=(19, 1, 7))
     assert len(problems) == 1 and "ABI 8" in problems[0]
+
+
+def test_the_wrap_refuses_to_register_an_image_the_runtime_would_not_load(cuda, wheel_tools, tmp_path):
+    """The last line of defence, shared by OffloadProgram's wrap node and offload-link: an OpenMP NVPTX image
+    from CUDA 13's tools (here ptxas's executable cubin) is one error, not a program that cannot load."""
+    from offload_builders.errors import OffloadError
+    from offload_builders.wrapping import LinkedImage, registration_object
+
+    toolchain = find_toolchain()
+    new = _ptxas(cuda("ptxas"), tmp_path, "new")
+    with pytest.raises(OffloadError, match=r"new\.cubin: the OpenMP runtime would not load this sm_90 image: "
+                                           r"libomptarget 19\.1\.7 reads only cubin ELF ABI 7"):
+        registration_object([LinkedImage(("nvptx64-nvidia-cuda", "sm_90"), str(new), frozenset({"openmp"}))],
+                            toolchain, str(tmp_path / "scratch"))
+    old = _ptxas(wheel_tools / "bin" / "ptxas", tmp_path, "old")
+    wrapped = registration_object([LinkedImage(("nvptx64-nvidia-cuda", "sm_90"), str(old), frozenset({"openmp"}))],
+                                  toolchain, str(tmp_path / "scratch"))
+    assert wrapped is not None and wrapped[:4] == b"\x7fELF"
