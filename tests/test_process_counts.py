@@ -53,6 +53,8 @@ class Process:
         args, program = self.argv, self.program
         if "-###" in args or (program.startswith("clang") and args[1:] in (("--version",), ("-print-resource-dir",))):
             return "probe"  # the driver asked about the toolchain or a command line
+        if any("/offload-nvptx-probe-" in a for a in args):
+            return "probe"  # which cubin ELF ABI the NVPTX tools write (offload_builders.nvptx_tools)
         if "-cc1" in args:
             if "-fopenmp-is-target-device" in args:
                 return "device compile"
@@ -96,7 +98,8 @@ def _unescape(text: str) -> str:
 
 def read_trace(prefix: Path) -> list[Process]:
     """The programs ``strace -ff -o prefix`` saw started (one file per process, so no line of one is cut
-    by another's), in process-id order."""
+    by another's), in process-id order. A process that ``exec``s again (a script such as the CUDA 12 tools'
+    ``nvlink``, which execs Python) is one process, named by its first program."""
     processes = []
     for log in sorted(prefix.parent.glob(prefix.name + ".*"), key=lambda path: int(path.suffix[1:])):
         for line in log.read_text(errors="replace").splitlines():
@@ -106,6 +109,7 @@ def read_trace(prefix: Path) -> list[Process]:
             assert match, f"unexpected strace line in {log}: {line[:200]}"
             argv = tuple(_unescape(arg) for arg in _STRING.findall(match.group(2)))
             processes.append(Process(_unescape(match.group(1)), argv))
+            break
     return processes
 
 
