@@ -388,6 +388,18 @@ def checkout_of(commit: str, root: Path) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(root))
 
 
+def with_cuda_12_tools(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` with ``$CUDA_PATH`` at the CUDA 12 tools directory the tool composes (offload_builders.nvptx_tools):
+    code from before issue 27 took the OpenMP NVPTX tools from ``$CUDA_PATH``, and this code takes them from
+    there when the runtime loads what they write, so both run the same commands (CUDA 13's tools, which the
+    earlier code used by default, write images libomptarget 19 cannot load: those trees rebuild once)."""
+    from offload_builders import nvptx_tools
+
+    wheels = nvptx_tools.wheel_directories()
+    assert wheels is not None, "the CUDA 12 wheels (offload-builders[nvptx]) are missing"
+    return dict(env or os.environ, CUDA_PATH=str(nvptx_tools.compose_wheel_tools(*wheels)))
+
+
 #: The last commit whose OpenMP objects had a package node of their own (``<stem>.offload.pkg``).
 BEFORE_PACKAGE_IN_OBJECT = "b350455"
 
@@ -405,15 +417,15 @@ def test_a_tree_built_with_nodes_now_folded_reruns_them_once_and_links_nothing(p
     tree built before reruns those steps once (each NVPTX device compile and ptxas; each object's package
     in the SCons process and its embed, one ``-cc1`` a source), which give the same cubins and objects, so
     nothing else runs again; the old package and PTX files are no longer the build's."""
-    earlier = checkout_of(commit, tmp_path / "earlier")
+    earlier = with_cuda_12_tools(checkout_of(commit, tmp_path / "earlier"))
     run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=earlier)
     outputs = {name: (project.root / "build" / name).read_bytes()
                for name in ("main.o", "scale.o", "main.sm_80.dev.cubin.o", "scale.sm_80.dev.cubin.o", "prog")}
-    upgraded = run_scons(project.root, "archs=x86_64,sm_80,gfx90a")
+    upgraded = run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=with_cuda_12_tools())
     assert upgraded.by_phase == reruns, upgraded.output
     assert all(".sm_80." in target for phase, target in upgraded.commands if phase in ("DEVICE", "ASSEMBLE"))
     assert {name: (project.root / "build" / name).read_bytes() for name in outputs} == outputs
-    assert run_scons(project.root, "archs=x86_64,sm_80,gfx90a").commands == []
+    assert run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=with_cuda_12_tools()).commands == []
     assert not list((project.root / "build").glob("*.ptx")), sorted((project.root / "build").iterdir())
 
 
@@ -453,13 +465,15 @@ def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19
 
     earlier = checkout_of(SIGNATURES_OF, tmp_path / "earlier")
     hip, cuda_project = Sample(tmp_path / "hip"), test_cuda.Project(tmp_path / "cuda", llvm19("clang++"))
-    for root, args in ((project.root, ("archs=x86_64,sm_80,gfx90a",)), (hip.root, ("program=1",)),
-                       (cuda_project.root, ())):
-        run_scons(root, *args, env=earlier)
-        assert run_scons(root, "-q", *args, env=earlier, check=False).returncode == 0, root  # it was built
+    # The OpenMP NVPTX tree with the CUDA 12 tools on both sides (see with_cuda_12_tools); HIP and CUDA as they are.
+    for root, args, now in ((project.root, ("archs=x86_64,sm_80,gfx90a",), with_cuda_12_tools()),
+                            (hip.root, ("program=1",), None), (cuda_project.root, (), None)):
+        then = with_cuda_12_tools(earlier) if now is not None else earlier
+        run_scons(root, *args, env=then)
+        assert run_scons(root, "-q", *args, env=then, check=False).returncode == 0, root  # it was built
         # SCons' question mode: exit status 0 only when every node is up to date (it runs nothing)
-        assert run_scons(root, "-q", *args, check=False).returncode == 0, root
-        again = run_scons(root, *args)
+        assert run_scons(root, "-q", *args, env=now, check=False).returncode == 0, root
+        again = run_scons(root, *args, env=now)
         assert again.commands == [] and "is up to date" in again.output, again.output
 
 

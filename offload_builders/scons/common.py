@@ -1228,8 +1228,7 @@ def check_deployable(target, source, env) -> int:
 
     partial = partial_path(env, target[0])
     try:
-        toolchain = toolchain_for(env)
-        problems = check_deployment(partial, devices, llvm_version=toolchain.major, runtime=toolchain.version)
+        problems = check_deployment(partial, devices, llvm_version=toolchain_for(env).major)
         message = f"{target[0]}: not deployable: " + "; ".join(problems) if problems else ""
     except OffloadError as error:
         message = str(error)
