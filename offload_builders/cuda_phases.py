@@ -13,16 +13,26 @@ For a source S and NVPTX target IDs T, ``clang++ -x cuda --cuda-gpu-arch=... -c 
 
 As for HIP (:mod:`offload_builders.hip_phases`), :class:`CudaPhaseModel` asks the driver (``clang++ -###
 -x cuda --cuda-gpu-arch=<one target> -cuid=<probe> --cuda-path=<CUDA_PATH> -c``) once per configuration
-and turns its jobs into templates; with ``-cuid`` pinned, no job depends on the other targets. The
-``fatbinary`` job is not run as probed: its images are read per target and written in the syntax CUDA 13's
-``fatbinary`` takes (``--image3=kind=elf|ptx,sm=NN,file=...``): Clang 19 writes ``--image=profile=sm_80``,
-which CUDA 13 rejects (``Unknown option '-image'``), Clang 22 writes ``--image3`` itself. The images go in
-target-ID order as Clang's driver sorts them (its architecture set is ordered by name).
+and turns its jobs into templates; with ``-cuid`` pinned, no job depends on the other targets but for one
+word (below). The ``fatbinary`` job is not run as probed: its images are read per target and written in the
+syntax CUDA 13's ``fatbinary`` takes (``--image3=kind=elf|ptx,sm=NN,file=...``): Clang 19 writes
+``--image=profile=sm_80``, which CUDA 13 rejects (``Unknown option '-image'``), Clang 22 writes ``--image3``
+itself. The images go in target-ID order as Clang's driver sorts them (its architecture set is ordered by name).
+
+That word: from Clang 20 the driver defines ``__CUDA_ARCH_LIST__`` (the numeric architectures of all the
+command's targets) in every job, host and device. CUB, Thrust and libcu++ name their inline namespace after
+it (``cub::CUB_300001_SM_800_900``), so a host object compiled with another list than its cubins launches
+kernels they do not define ("named symbol not found"). The templates hold it as the slot
+:data:`ARCH_LIST_SLOT`, and :meth:`CudaPhaseModel.arch_list` asks the driver for a source's whole target list
+(a probe with every target), so the rule stays the driver's. Clang 19 defines no such macro: no slot, no
+extra probe, and its compiles still depend on their own target alone.
 
 One CUDA installation serves everything: the toolchain's (``$CUDA_PATH``, default ``/usr/local/cuda``) is
 where our checks look and what the driver gets (``--cuda-path``). Clang 19 cannot parse CUDA 13's headers
 (its wrapper includes ``texture_fetch_functions.h``, which CUDA 13 removed), so with Clang 19 the model adds
-``-nocudainc -nocudalib`` and a source declares what it uses (:func:`default_flags`).
+``-nocudainc -nocudalib`` and a source declares what it uses (:func:`default_flags`). CUDA 13 moved CUB,
+Thrust and libcu++ to ``<CUDA_PATH>/include/cccl``, which ``nvcc`` adds (``-isystem``, its ``nvcc.profile``)
+and Clang does not: where the compile uses the real headers, the model adds it as ``nvcc`` does.
 
 This module has no SCons imports.
 """
@@ -54,7 +64,7 @@ from offload_builders.toolchain import ProbeCache, Toolchain
 CUDA_LANGUAGE = "cuda"
 CUDA_SUFFIXES: tuple[str, ...] = (".cu",)
 
-#: The host compile does not depend on which targets are selected, so one fixed target serves its probe.
+#: The host compile depends on the targets only through the arch-list slot, so one fixed target serves its probe.
 HOST_PROBE_TARGET = TargetID("sm_80")
 
 #: Flags the user must not pass: the model selects targets, the CUID and the CUDA installation itself.
@@ -67,6 +77,14 @@ RESERVED_FLAG_PREFIXES: tuple[str, ...] = ("--offload-arch=", "--cuda-gpu-arch="
 _LAST_WITHOUT_HEADERS = 19
 #: User flags that choose the headers or libdevice: with one of them the tool adds neither.
 _INCLUDE_CHOICES = ("-nocudainc", "-nocudalib", "-nogpuinc", "-nogpulib")
+#: User flags by which a compile does without CUDA's headers (then ``include/cccl`` is not added either).
+_HEADER_CHOICES = ("-nocudainc", "-nogpuinc")
+
+#: The driver's definition of the target list (Clang 20+, every job of a CUDA compile), and its slot.
+ARCH_LIST_PREFIX = "-D__CUDA_ARCH_LIST__="
+ARCH_LIST_SLOT = "arch_list"
+#: Where CUDA 13 keeps CUB, Thrust and libcu++ (``nvcc`` adds it; Clang does not).
+CCCL_INCLUDE = os.path.join("include", "cccl")
 
 _IMAGE_RE = re.compile(r"--image=profile=(?P<kind>sm|compute)_(?P<sm>\w+),file=(?P<file>.+)")
 _IMAGE3_RE = re.compile(r"--image3=kind=(?P<kind>elf|ptx),sm=(?P<sm>\w+),file=(?P<file>.+)")
@@ -90,10 +108,17 @@ def check_targets(targets: Iterable[TargetID]) -> None:
 
 def default_flags(toolchain: Toolchain, flags: Sequence[str]) -> tuple[str, ...]:
     """What the tool adds to a CUDA compile's flags: with Clang 19 or older ``-nocudainc -nocudalib`` (it
-    cannot parse CUDA 13's headers), nothing where ``flags`` choose. (``--cuda-path`` the model adds itself.)"""
-    if toolchain.major <= _LAST_WITHOUT_HEADERS and not any(flag in _INCLUDE_CHOICES for flag in flags):
-        return ("-nocudainc", "-nocudalib")
-    return ()
+    cannot parse CUDA 13's headers); with a newer Clang and the real headers, ``-isystem <CUDA_PATH>/include/cccl``
+    where the installation has it (CUDA 13's CUB, Thrust and libcu++, which ``nvcc`` adds and Clang does not);
+    nothing where ``flags`` choose. (``--cuda-path`` the model adds itself.)"""
+    if toolchain.major <= _LAST_WITHOUT_HEADERS:
+        return () if any(flag in _INCLUDE_CHOICES for flag in flags) else ("-nocudainc", "-nocudalib")
+    if toolchain.cuda_path is None or any(flag in _HEADER_CHOICES for flag in flags):
+        return ()
+    cccl = os.path.join(str(toolchain.cuda_path), CCCL_INCLUDE)
+    if not os.path.isdir(cccl) or any(cccl in flag for flag in flags):  # absent, or the user's flags name it
+        return ()
+    return ("-isystem", cccl)
 
 
 @dataclass(frozen=True)
@@ -113,7 +138,7 @@ class CudaDeviceSteps:
     """Everything one target contributes to one source's object."""
 
     target: TargetID
-    compile: CommandTemplate        # slots: source, main_file_name, output, and cuid (non-RDC)
+    compile: CommandTemplate        # slots: source, main_file_name, output, cuid (non-RDC), arch_list (Clang 20+)
     compile_suffix: str             # ".s" (PTX)
     assemble: CommandTemplate       # ptxas (RDC: -c); slots: input, output
     images: tuple[FatbinImage, ...]  # non-RDC: what the fat binary holds; RDC: ()
@@ -122,8 +147,8 @@ class CudaDeviceSteps:
 
 @dataclass(frozen=True)
 class CudaHostSteps:
-    """The host compile (slots: source, main_file_name, output, and fatbin and cuid, or RDC: package) and,
-    non-RDC, the fat binary's command without its images (slot: output)."""
+    """The host compile (slots: source, main_file_name, output, and fatbin and cuid, or RDC: package; Clang 20+
+    also arch_list) and, non-RDC, the fat binary's command without its images (slot: output)."""
 
     compile: CommandTemplate
     fatbinary: CommandTemplate | None
@@ -157,18 +182,22 @@ class CudaPhaseModel:
     def driver(self) -> str:
         return str(self.toolchain.clangxx)
 
-    def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-        check_targets([target])
+    def _jobs(self, targets: Sequence[TargetID], flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        """The driver's jobs for a compile of ``targets`` (one, except :meth:`arch_list`'s probe)."""
+        check_targets(targets)
         path = () if self.toolchain.cuda_path is None else (f"--cuda-path={self.toolchain.cuda_path}",)
+        arches = tuple(f"--cuda-gpu-arch={target}" for target in targets)
         if is_rdc(flags):
             # The new driver does not forward -cuid (it warns it unused), so none is pinned there.
-            mode = (*path, *(f for f in RDC_FLAGS if f not in flags), f"--cuda-gpu-arch={target}")
+            mode = (*path, *(f for f in RDC_FLAGS if f not in flags), *arches)
         else:
-            mode = (*path, f"--cuda-gpu-arch={target}", f"-cuid={PROBE_CUID}")
+            mode = (*path, *arches, f"-cuid={PROBE_CUID}")
         return probe(self.driver, (*flags, *mode), self.cwd, self.cache)
 
-    def _fail(self, target: TargetID, what: str) -> ToolchainError:
-        return ToolchainError(f"{self.driver} -### -x cuda --cuda-gpu-arch={target}: {what};"
+    def _fail(self, targets: TargetID | Sequence[TargetID], what: str) -> ToolchainError:
+        arches = " ".join(f"--cuda-gpu-arch={target}"
+                          for target in ([targets] if isinstance(targets, TargetID) else targets))
+        return ToolchainError(f"{self.driver} -### -x cuda {arches}: {what};"
                               " is this Clang with NVPTX support and a CUDA toolkit in $CUDA_PATH?")
 
     def _one(self, target: TargetID, jobs: Sequence[Sequence[str]], what: str, found: list) -> Sequence[str]:
@@ -182,13 +211,46 @@ class CudaPhaseModel:
         return memoized(self._steps, (target, flags), lambda: self._device_steps(target, flags))
 
     def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
-        """The host compile's template (independent of the targets) and the fat binary's command."""
+        """The host compile's template and the fat binary's command; the template's only word that depends on
+        the targets is the slot :data:`ARCH_LIST_SLOT` (Clang 20+, see :meth:`arch_list_values`)."""
         flags = tuple(flags)
         return memoized(self._steps, ("host", flags), lambda: self._host_steps(flags))
 
+    def arch_list(self, targets: Iterable[TargetID], flags: Sequence[str] = ()) -> str | None:
+        """The value of ``-D__CUDA_ARCH_LIST__`` that the driver gives every job of one compile for all of
+        ``targets``, or None where it defines no such macro (Clang 19). Asked of the driver itself (one
+        ``-###`` probe with every target, memoized and cached like the others), so the rule (numeric, sorted,
+        deduplicated, features such as ``90a`` dropped) is the driver's, whatever its version."""
+        given, flags = tuple(targets), tuple(flags)  # every node of a source asks: keyed as given, sorted once
+        if not given:
+            raise ValueError("a CUDA compile has at least one target")
+        return memoized(self._steps, ("arch list", given, flags),
+                        lambda: self._arch_list(tuple(sorted(set(given), key=str)), flags))
+
+    def arch_list_values(self, template: CommandTemplate, targets: Iterable[TargetID],
+                         flags: Sequence[str] = ()) -> dict[str, str]:
+        """The value of ``template``'s :data:`ARCH_LIST_SLOT` for a source compiled for ``targets`` (a device
+        or host compile's keyword for ``render``/``bind``); ``{}``, and no probe, where it has none."""
+        if ARCH_LIST_SLOT not in template.slots:
+            return {}
+        targets = tuple(targets)
+        value = self.arch_list(targets, flags)
+        if value is None:
+            raise self._fail(targets, f"the one-target jobs define {ARCH_LIST_PREFIX}... but these do not")
+        return {ARCH_LIST_SLOT: value}
+
+    def _arch_list(self, targets: tuple[TargetID, ...], flags: tuple[str, ...]) -> str | None:
+        check_flags(flags)
+        jobs = self._jobs(targets, flags)
+        values = {arg[len(ARCH_LIST_PREFIX):] for job in jobs if is_cc1(job)
+                  for arg in job if arg.startswith(ARCH_LIST_PREFIX)}
+        if len(values) > 1:
+            raise self._fail(targets, f"its jobs define different {ARCH_LIST_PREFIX} values {sorted(values)}")
+        return values.pop() if values else None
+
     def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> CudaDeviceSteps:
         check_flags(flags)
-        jobs = self._jobs(target, flags)
+        jobs = self._jobs([target], flags)
         rdc = is_rdc(flags)
         device = self._one(target, jobs, "device -cc1",
                            [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job])
@@ -197,8 +259,9 @@ class CudaPhaseModel:
         ptx = value_after(device, "-o") or ""
         ptxas = self._one(target, jobs, "ptxas", [job for job in jobs if tool_name(job).startswith("ptxas")])
         cubin = value_after(ptxas, "--output-file") or ""
+        prefixes = {ARCH_LIST_PREFIX: ARCH_LIST_SLOT} if rdc else {"-cuid=": "cuid", ARCH_LIST_PREFIX: ARCH_LIST_SLOT}
         compile_template = job_template(device, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
-                                        prefix_slots={} if rdc else {"-cuid=": "cuid"})
+                                        prefix_slots=prefixes)
         assemble = job_template(ptxas, input_slot="input", input_value=ptx)
         suffix = os.path.splitext(ptx)[1]
         if rdc:
@@ -223,18 +286,20 @@ class CudaPhaseModel:
     def _host_steps(self, flags: tuple[str, ...]) -> CudaHostSteps:
         check_flags(flags)
         target = HOST_PROBE_TARGET
-        jobs = self._jobs(target, flags)
+        jobs = self._jobs([target], flags)
         host = self._one(target, jobs, "host -cc1",
                          [job for job in jobs if is_cc1(job) and "-fcuda-is-device" not in job])
         if is_rdc(flags):
             if not any(arg.startswith("-fembed-offload-object=") for arg in host):
                 raise self._fail(target, "the RDC host job does not embed an offload binary")
             template = job_template(host, input_slot="source", value_slots={"-main-file-name": "main_file_name"},
-                                    prefix_slots={"-fembed-offload-object=": "package"})
+                                    prefix_slots={"-fembed-offload-object=": "package",
+                                                  ARCH_LIST_PREFIX: ARCH_LIST_SLOT})
             return CudaHostSteps(template, None)
         if "-fcuda-include-gpubinary" not in host or f"-cuid={PROBE_CUID}" not in host:
             raise self._fail(target, "the host job does not include a GPU binary with the pinned -cuid")
-        compile_template = job_template(host, input_slot="source", prefix_slots={"-cuid=": "cuid"},
+        compile_template = job_template(host, input_slot="source",
+                                        prefix_slots={"-cuid=": "cuid", ARCH_LIST_PREFIX: ARCH_LIST_SLOT},
                                         value_slots={"-main-file-name": "main_file_name",
                                                      "-fcuda-include-gpubinary": "fatbin"})
         fatbinary = self._one(target, jobs, "fatbinary",
@@ -297,7 +362,8 @@ def program_fatbinary(toolchain: Toolchain, images: Sequence[tuple[str, str]], s
 
 
 __all__ = [
-    "CUDA_LANGUAGE", "CUDA_SUFFIXES", "HOST_PROBE_TARGET", "RESERVED_FLAG_PREFIXES", "CudaDeviceSteps",
-    "CudaHostSteps", "CudaPhaseModel", "FatbinImage", "check_flags", "check_targets", "default_flags",
-    "fatbin_order", "fatbinary_command", "package_command", "probe", "program_fatbinary",
+    "ARCH_LIST_PREFIX", "ARCH_LIST_SLOT", "CCCL_INCLUDE", "CUDA_LANGUAGE", "CUDA_SUFFIXES", "HOST_PROBE_TARGET",
+    "RESERVED_FLAG_PREFIXES", "CudaDeviceSteps", "CudaHostSteps", "CudaPhaseModel", "FatbinImage", "check_flags",
+    "check_targets", "default_flags", "fatbin_order", "fatbinary_command", "package_command", "probe",
+    "program_fatbinary",
 ]

@@ -23,6 +23,10 @@ device bitcode (HIP) or relocatable cubin (CUDA), ``package`` the offload packag
 kind ``hip`` or ``cuda``) and ``host --package X.pkg`` the object embedding it, for ``offload-link`` or the
 SCons tool's link. ``--offload-compress`` in the flags compresses a HIP fat binary as the SCons tool does.
 
+A CUDA ``device`` or ``host`` compile also takes ``--targets T1,T2``, all the source's targets: from Clang 20
+the driver defines ``__CUDA_ARCH_LIST__`` from them in every job (CUB and Thrust name their namespace after
+it, so host and cubins must agree), and there it is required; Clang 19 defines none and ignores it.
+
 Host and device compiles of a non-RDC source share one CUID: ``--cuid C``, else 16 hex digits of the MD5
 of the source's path relative to ``--source-root DIR`` (the SCons tool's rule when DIR is its top
 directory: the same objects byte for byte), else of its absolute path. Either way the default does not
@@ -57,6 +61,7 @@ from offload_builders import __version__
 from offload_builders.cli._common import UsageError, run_tool
 from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.cuda_phases import (
+    ARCH_LIST_SLOT,
     HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
     CudaDeviceSteps,
     CudaPhaseModel,
@@ -66,7 +71,7 @@ from offload_builders.cuda_phases import (
     fatbinary_command,
     package_command as cuda_package_command,
 )
-from offload_builders.driver import target_selection_flags
+from offload_builders.driver import CommandTemplate, target_selection_flags
 from offload_builders.errors import OffloadError
 from offload_builders.hip_phases import (
     HOST_PROBE_TARGET as HIP_HOST_PROBE_TARGET,
@@ -103,13 +108,15 @@ HIP (.hip) and CUDA (.cu) sources:
        {PROG} bundle  SRC --targets <ID,...> -o <fatbin> <code object|cubin per target...> [--depfile <file>]
                       [-- <flags>]
        {PROG} host    SRC --fatbin <fatbin> -o <obj> [--cuid <C>|--source-root <dir>] [--depfile <file>] [-- <flags>]
+  CUDA device and host also take --targets <ID,...>, all the source's targets (required from Clang 20)
   with -fgpu-rdc in the flags: device (bitcode or relocatable cubin), package (as above), host --package <pkg>
 
 OPTIONS:
   -o <file>            - Output; written atomically, left untouched (mtime too) when its bytes are unchanged
   --depfile <file>     - Write a gcc-style depfile (output: source, headers, compiler binaries)
   --target <ID>        - The target ID of a device compile (NVPTX: includes ptxas; the output is the cubin)
-  --targets <ID,...>   - The target IDs of the package's or fat binary's images, in the images' order
+  --targets <ID,...>   - The target IDs of the package's or fat binary's images, in the images' order; CUDA
+                         device and host: all the source's targets, whose __CUDA_ARCH_LIST__ Clang 20+ defines
   --host-bc <file>     - The host bitcode (made by `{PROG} host`, with its .identity file)
   --package <file>     - The offload package to embed (OpenMP; HIP and CUDA with -fgpu-rdc)
   --fatbin <file>      - HIP, CUDA: the fat binary (made by `{PROG} bundle`) the host compile includes
@@ -479,11 +486,9 @@ def _package(opts: _Options) -> int:
     return 0
 
 
-def _images(opts: _Options, what: str) -> list[tuple[TargetID, str]]:
-    """``--targets`` and the images after the source, paired, in the driver's order (target IDs sorted),
-    whatever order the build system lists them in."""
+def _target_list(opts: _Options) -> list[TargetID]:
+    """``--targets`` parsed, in the order given: each a valid ID, none twice, none conflicting."""
     assert opts.targets is not None
-    images = [_input(path, what) for path in opts.positional[1:]]
     try:
         targets = [parse_target_id(text.strip()) for text in opts.targets.split(",")]
         parse_offload_archs(opts.targets)  # conflicting IDs
@@ -491,6 +496,14 @@ def _images(opts: _Options, what: str) -> list[tuple[TargetID, str]]:
         raise UsageError(f"--targets: {error}") from None
     if len(set(targets)) != len(targets):
         raise UsageError(f"--targets: a target ID appears twice in '{opts.targets}'")
+    return targets
+
+
+def _images(opts: _Options, what: str) -> list[tuple[TargetID, str]]:
+    """``--targets`` and the images after the source, paired, in the driver's order (target IDs sorted),
+    whatever order the build system lists them in."""
+    images = [_input(path, what) for path in opts.positional[1:]]
+    targets = _target_list(opts)
     if len(targets) != len(images):
         raise UsageError(f"--targets names {len(targets)} targets but {len(images)} images are given;"
                          " give one image per target, in the same order")
@@ -579,6 +592,30 @@ def _cuid(opts: _Options, source: str, rdc: bool) -> dict[str, str]:
     return {"cuid": default_cuid(path)}
 
 
+def _arch_list(opts: _Options, model: str, phases: HipPhaseModel | CudaPhaseModel, template: CommandTemplate,
+               flags: Sequence[str], target: TargetID | None = None) -> dict[str, str]:
+    """CUDA: the arch-list slot's value for ``--targets`` (all the source's targets, ``target`` among them), the
+    driver's ``__CUDA_ARCH_LIST__`` for one command compiling them all (Clang 20+); ``{}`` where ``template``
+    has no such slot (Clang 19: ``--targets`` is checked and has no effect). HIP compiles take no list."""
+    if not isinstance(phases, CudaPhaseModel):
+        _refuse(opts, "targets", why=f"is for `{opts.command}` of CUDA (.cu) sources (a HIP {opts.command}"
+                " compile does not depend on the other targets)")
+        return {}
+    if opts.targets is None:
+        if ARCH_LIST_SLOT in template.slots:
+            raise UsageError(f"{opts.command}: --targets is required with Clang {phases.toolchain.major}: its CUDA"
+                             " compiles define __CUDA_ARCH_LIST__ from all the source's targets; give them all, as"
+                             " to `bundle` (e.g. --targets sm_80,sm_90)")
+        return {}
+    targets = _target_list(opts)
+    for each in targets:
+        _gpu_target(model, str(each), "--targets")
+    if target is not None and target not in targets:
+        raise UsageError(f"{opts.command}: --targets '{opts.targets}' does not name --target {target}: give all"
+                         " the source's targets")
+    return phases.arch_list_values(template, targets, flags)
+
+
 def _gpu_device(opts: _Options, model: str) -> int:
     """HIP: the device compile and (without -fgpu-rdc) its lld link to the code object; CUDA: the device
     compile to PTX and ptxas to the cubin, the PTX kept as ``<output>.ptx`` for the fat binary."""
@@ -592,6 +629,7 @@ def _gpu_device(opts: _Options, model: str) -> int:
     rdc = is_rdc(flags)
     cuid = _cuid(opts, source, rdc)
     steps = phases.device_steps(target, flags)
+    arch_list = _arch_list(opts, model, phases, steps.compile, flags, target)
     second = steps.link if isinstance(steps, HipDeviceSteps) else steps.assemble
     ptx = opts.output + PTX_SUFFIX if model == CUDA and not rdc else None
     partial = _partial(opts.output)
@@ -604,7 +642,7 @@ def _gpu_device(opts: _Options, model: str) -> int:
         else:
             compiled = os.path.join(scratch, "device" + steps.compile_suffix)
         ran = [steps.compile.render(source=source, main_file_name=os.path.basename(source), output=compiled,
-                                    **cuid)]
+                                    **cuid, **arch_list)]
         try:
             _run(_with_dependency_file(ran[0], headers_file, opts.output))
             if second is not None:
@@ -725,9 +763,10 @@ def _gpu_host(opts: _Options, model: str) -> int:
         device_side = {"fatbin": _input(opts.fatbin, "--fatbin")}
     cuid = _cuid(opts, source, rdc)
     steps = phases.host_steps(flags)
+    arch_list = _arch_list(opts, model, phases, steps.compile, flags)
     partial = _partial(opts.output)
     argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=partial,
-                                **device_side, **cuid)
+                                **device_side, **cuid, **arch_list)
     read = _compile_one_job(argv, partial, opts.output)
     _write_depfile(opts.depfile, opts.output, [*read, *device_side.values(), *_binaries(argv),
                                                *_compiler_files(phases)])

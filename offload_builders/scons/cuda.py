@@ -18,7 +18,11 @@ IDs of ``$OFFLOAD_ARCHS``:
   linked cubins (:func:`offload_builders.cuda_phases.program_fatbinary`) registered by
   ``__cudaRegisterFatBinary`` in the wrap node.
 
-Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile).
+Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile) with
+Clang 19. From Clang 20 the driver defines ``__CUDA_ARCH_LIST__`` from all of a compile's targets in the host
+and every device compile (CUB and Thrust name their namespace after it), and so do these nodes: each node of
+a source holds the source's target list (:data:`TARGETS_ATTRIBUTE`), and adding a target reruns the host
+compile and every device compile of the source, as the driver's one command does.
 Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_CUDA_CUID``, default: the
 HIP model's :func:`~offload_builders.scons.hip.default_cuid` of the source's path). Objects register their
 own fat binary (``__cudaRegisterFatBinary``) and link as plain host objects with the CUDA runtime
@@ -27,7 +31,8 @@ own fat binary (``__cudaRegisterFatBinary``) and link as plain host objects with
 Variables, set only where the user has not:
 
 * ``$OFFLOAD_CUDA_FLAGS`` (``[]``): driver flags of every CUDA compile. With Clang 19 the tool adds
-  ``-nocudainc -nocudalib`` (it cannot parse CUDA 13's headers) unless these flags choose; the CUDA
+  ``-nocudainc -nocudalib`` (it cannot parse CUDA 13's headers) unless these flags choose, with a newer
+  Clang ``-isystem <CUDA_PATH>/include/cccl`` (CUB, Thrust, libcu++) unless they say ``-nocudainc``; the CUDA
   installation is the toolchain's (``$CUDA_PATH``, default ``/usr/local/cuda``), given to the driver as
   ``--cuda-path``.
 * ``$OFFLOAD_CUDA_CUID``: the CUID, substituted per source (default ``$_OFFLOAD_CUDA_DEFAULT_CUID``).
@@ -44,6 +49,7 @@ import SCons.Subst
 import SCons.Tool
 
 from offload_builders.cuda_phases import (
+    ARCH_LIST_SLOT,
     CUDA_SUFFIXES,
     CudaDeviceSteps,
     CudaHostSteps,
@@ -53,6 +59,7 @@ from offload_builders.cuda_phases import (
     fatbinary_command,
     package_command,
 )
+from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
 from offload_builders.hip_phases import is_rdc
 from offload_builders.phase_table import CUDA, Phase, node_name
@@ -90,6 +97,11 @@ _DEFAULTS: dict[str, Any] = {
 
 #: The fat binary's command of CUDA nodes while ``$OFFLOAD_BUNDLECOM`` is HIP's in-process bundle writer.
 FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
+
+#: The node attribute holding a source's target IDs (in fat-binary order) on its object and device nodes, set
+#: by the emitter: the renderers give the driver's ``__CUDA_ARCH_LIST__`` for them (Clang 20+).
+TARGETS_ATTRIBUTE = "offload_cuda_targets"
+
 
 def _default_cuid_var(target, source, env, for_signature) -> str:
     """``$_OFFLOAD_CUDA_DEFAULT_CUID``: the default CUID of the (original) source's path."""
@@ -147,7 +159,8 @@ def _device_cc1(target, source, env, for_signature):
     """The first step of a device node (targets: the cubin, the PTX): the compile to the PTX."""
     steps = _device_steps(env, target, source, for_signature)
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              output=partial_path(env, target[1]), **_cuid_value(steps.compile, env, target, source))
+                              output=partial_path(env, target[1]), **_cuid_value(steps.compile, env, target, source),
+                              **_arch_list_values(steps.compile, env, target, source, for_signature))
 
 
 @Renderer
@@ -188,13 +201,26 @@ def _host_cc1(target, source, env, for_signature):
     slot = "fatbin" if steps.fatbinary is not None else "package"
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
                               output=partial_path(env, target[0]), **{slot: str(device_side[0])},
-                              **_cuid_value(steps.compile, env, target, source))
+                              **_cuid_value(steps.compile, env, target, source),
+                              **_arch_list_values(steps.compile, env, target, source, for_signature))
 
 
 def _cuid_value(template, env, target, source) -> dict[str, str]:
     if "cuid" not in template.slots:
         return {}
     return {"cuid": node_memo(target, ("cuid", str(source[0])), lambda: _cuid(env, source))}
+
+
+def _arch_list_values(template: CommandTemplate, env, target, source, for_signature: bool) -> dict[str, str]:
+    """The arch-list slot's value (Clang 20+): the driver's for all the source's targets, which the emitter
+    recorded on the node, with the compile flags the node renders with (not its target's own: one driver
+    command has one set). ``{}`` where the template has no slot (Clang 19)."""
+    if ARCH_LIST_SLOT not in template.slots:
+        return {}
+    targets = getattr(target[0].attributes, TARGETS_ATTRIBUTE, None)
+    if targets is None:
+        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    return _model(env).arch_list_values(template, targets, _rendered_flags(env, target, source, for_signature))
 
 
 # No emitter: object_emitter hands their nodes to own_outputs itself.
@@ -223,6 +249,7 @@ def _object_emitter(target, source, env):
         flags = _flags(env, [obj], [src], False)  # substituted once: the same for every target here
         host = _model(env).host_steps(flags)  # probe now: a rejected configuration stops before any compile
         plans = {tid: _device_steps_for(env, tid, flags) for tid in targets}
+        _model(env).arch_list_values(host.compile, targets, flags)  # Clang 20+: the probe with every target
         _cuid(env, [src])
     except OffloadError as error:
         raise user_error(OffloadError(f"{src}: {error}")) from None
@@ -250,6 +277,9 @@ def _object_emitter(target, source, env):
                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
     own_outputs(env, [*made, *device_side])
     mark_model([obj, *made, *device_side], CUDA)
+    # Every compile of the source gets the driver's __CUDA_ARCH_LIST__ for all its targets (Clang 20+).
+    for node in (obj, *made):
+        setattr(node.attributes, TARGETS_ATTRIBUTE, tuple(plans))
     obj.attributes.offload_inputs = (device_side[0],)
     env.Depends(obj, device_side)
     return target, source
@@ -284,4 +314,5 @@ def exists(env) -> bool:
     return toolchain_exists(env)
 
 
-__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "exists", "generate_objects", "object_emitter"]
+__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "TARGETS_ATTRIBUTE", "exists", "generate_objects",
+           "object_emitter"]
