@@ -71,6 +71,7 @@ class PhaseRow:
     default_kind: Default
     default: str               # the command, or the action's name in the model's SCons module (link side:
     #                            offload_builders.scons.program, which serves every model)
+    message: str = ""          # the default of ``$OFFLOAD_<PHASE>COMSTR`` ("": unset, SCons prints the command)
 
     @property
     def com(self) -> str:
@@ -121,10 +122,12 @@ PHASES: tuple[PhaseRow, ...] = (
     # The program: per target ID extract and device link (with $OFFLOAD_IMAGE_GROUPS: the plan, then per target
     # every group's link), one wrap, the host link; for an OpenMP NVPTX target
     # first the device runtime's interface (a second output: the runtime's selected bitcode) and its link.
+    # These two are the tool's own nodes, which a project's phase labels may not know: unlabelled, SCons would
+    # print their in-process functions' repr, so they have a message (the sample projects' label style).
     PhaseRow(Phase.RUNTIMESYMS, (OPENMP,), "device runtime interface", "{program}.{target}.devicertl.syms",
-             Scope.TARGET, _L, _ACT, "RUNTIMESYMS_IN_PROCESS"),
+             Scope.TARGET, _L, _ACT, "RUNTIMESYMS_IN_PROCESS", "device runtime interface [$OFFLOAD_TARGET]: $TARGET"),
     PhaseRow(Phase.RUNTIMELINK, (OPENMP,), "device runtime link", "{program}.{target}.devicertl.pkg", Scope.TARGET,
-             _L, _ACT, "RUNTIMELINK_IN_PROCESS"),
+             _L, _ACT, "RUNTIMELINK_IN_PROCESS", "device runtime link [$OFFLOAD_TARGET]: $TARGET"),
     PhaseRow(Phase.EXTRACT, MODELS, "extract", "{program}.{target}.devin", Scope.TARGET, _L, _ACT,
              "EXTRACT_IN_PROCESS"),
     PhaseRow(Phase.GROUPS, (OPENMP,), "image groups", "{program}.offload.groups", Scope.PROGRAM, _L, _ACT,
@@ -154,6 +157,12 @@ def node_name(phase: Phase, model: str, side: str = _C, **values: str) -> str:
     """The name of the node ``phase`` makes (``stem``, ``program``, ``target``, ``suffix``, ``obj`` as its
     pattern needs them)."""
     return row(phase, model, side).node.format(**values)
+
+
+def message_defaults(model: str) -> dict[str, str]:
+    """``$OFFLOAD_<PHASE>COMSTR`` defaults of ``model``'s phases that have one (most have none: SCons then prints
+    the command, which is what a user who has not labelled the phases asked for)."""
+    return {spec.comstr: spec.message for spec in PHASES if model in spec.models and spec.message}
 
 
 def command_defaults(model: str) -> dict[str, str]:

@@ -4,7 +4,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from offload_builders.phase_table import COMPILE, HIP, LINK, OPENMP, PHASES, Default, Phase, command_defaults, row
+from offload_builders.phase_table import (
+    COMPILE,
+    HIP,
+    LINK,
+    OPENMP,
+    PHASES,
+    Default,
+    Phase,
+    command_defaults,
+    message_defaults,
+    row,
+)
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -86,3 +97,12 @@ def test_in_process_defaults_are_the_model_modules_actions():
             for model in spec.models:
                 module = program if spec.side == LINK else modules[model]
                 assert hasattr(module, spec.default), (model, spec.default)
+
+
+def test_the_nvptx_runtime_phases_have_default_messages():
+    """The tool's own NVPTX device runtime nodes, which a project's phase labels may not know, print a message
+    (their table title, the target, the node) rather than their in-process function's repr; other phases none."""
+    defaults = message_defaults(OPENMP)
+    assert defaults == {row(phase, OPENMP, LINK).comstr: f"{row(phase, OPENMP, LINK).title} [$OFFLOAD_TARGET]: $TARGET"
+                        for phase in (Phase.RUNTIMESYMS, Phase.RUNTIMELINK)}
+    assert message_defaults(HIP) == {}

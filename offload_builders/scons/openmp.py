@@ -340,11 +340,27 @@ def _check_no_target_selection(flags: Sequence[str], where: str, targets: Sequen
 def device_runtime(env):
     """The OpenMP device runtime archive (``libomptarget.devicertl.a``), an input of every extract node of a
     program that links the OpenMP runtime, as ``clang++ -fopenmp`` puts ``-lomptarget.devicertl`` on the
-    linker wrapper's line."""
+    linker wrapper's line. Only such programs ask (see :func:`offload_builders.scons.program.links_openmp`):
+    a Clang without it (Clang 22 beside Debian's ``libomp-19-dev``) still links CUDA and HIP programs."""
     try:
         return env.File(str(linking.device_runtime(toolchain_for(env))))
     except OffloadError as error:
         raise user_error(error) from None
+
+
+def device_runtime_problem(env) -> str | None:
+    """Why the toolchain has no OpenMP device runtime (the error naming the file and its package); None where it
+    has one."""
+    try:
+        linking.device_runtime(toolchain_for(env))
+    except OffloadError as error:
+        return str(error)
+    return None
+
+
+def has_device_runtime(env) -> bool:
+    """Whether the toolchain has the OpenMP device runtime (see :func:`device_runtime`)."""
+    return device_runtime_problem(env) is None
 
 
 def runtime_arguments(target, source, env, for_signature) -> list[str]:
@@ -356,11 +372,13 @@ def runtime_arguments(target, source, env, for_signature) -> list[str]:
 PACKAGE_IN_PROCESS = _InProcessPackage(_package_in_process, {"cmdstr": "$OFFLOAD_PACKAGECOMSTR"})
 
 
-def check_link_tools_for(env, targets: Sequence[TargetID]) -> None:
-    """The device runtime and the device linkers the targets need, at read time."""
+def check_link_tools_for(env, targets: Sequence[TargetID], *, device_runtime: bool = True) -> None:
+    """The device linkers the targets need, and the OpenMP device runtime unless ``device_runtime`` is false (a
+    program without OpenMP code), at read time."""
     toolchain = toolchain_for(env)
     try:
-        linking.device_runtime(toolchain)
+        if device_runtime:
+            linking.device_runtime(toolchain)
         if any(tid.kind == "amdgpu" for tid in targets):
             toolchain.tool("ld.lld")
         if any(tid.kind == "nvptx" for tid in targets):

@@ -20,26 +20,37 @@ group's one image registered once per offload kind present in it):
 
 Plain (non-RDC) HIP and CUDA objects register their own fat binary; they are host objects here, as for the wrapper.
 The graph is fixed when the SConscripts are read; only the wrap node's contents and the runtime libraries
-depend on what the objects hold. The program's environment decides the nodes as before: with
-``$OFFLOAD_MODEL='openmp'`` (the default) there is always the link side above, and the OpenMP device runtime
-is an input of every extract node (as ``clang++ -fopenmp`` passes ``-lomptarget.devicertl``, so a group with
-only HIP code whose link needs a device-runtime member gets OpenMP's registration too, as with Clang); with
-``'hip'`` only relocatable device code has it (``$OFFLOAD_HIP_RDC``), and non-RDC programs link as they are.
+depend on what the objects hold. What the tool compiled itself it knows then (:class:`KnownInputs`: the model
+of each ``OffloadObject``, through ``OffloadStaticLibrary`` too); other inputs (an ``env.Object``, a prebuilt
+object or library) may hold any code. With ``$OFFLOAD_MODEL='hip'`` only relocatable device code has the link
+side (``$OFFLOAD_HIP_RDC``), and non-RDC programs link as they are. Otherwise the program's link is OpenMP's
+where an input holds OpenMP code, or, in an ``'openmp'`` environment (the default), where an input may and the
+OpenMP device runtime is installed: then there is always the link side above, and the OpenMP device runtime is
+an input of every extract node (as ``clang++ -fopenmp`` passes ``-lomptarget.devicertl``, so a group with only
+HIP code whose link needs a device-runtime member gets OpenMP's registration too, as with Clang). A program
+without OpenMP code (only CUDA and HIP objects, or Clang 22 without an OpenMP device runtime) links as
+``clang++`` without ``-fopenmp`` would: no OpenMP device runtime, no OpenMP runtime on the host link, and the
+link side only for relocatable device code, for the GPU targets of the kinds present (:func:`device_code_link`).
+
+The host link adds the runtime of each offload kind present: OpenMP's, ``$OFFLOAD_CUDA_RUNTIME`` (default
+``libcudart`` of the CUDA installation) and ``$OFFLOAD_HIP_RUNTIME``.
 """
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import SCons.Builder
 import SCons.Errors
+import SCons.Util
 import SCons.Warnings
 
 from offload_builders import linking
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
-from offload_builders.phase_table import HIP, LINK, OPENMP, Phase, row
+from offload_builders.phase_table import CUDA, HIP, LINK, OPENMP, Phase, row
 from offload_builders.scons import groups, hip, openmp
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
@@ -53,6 +64,7 @@ from offload_builders.scons.common import (
     in_process_action,
     input_offload_kinds,
     model_targets_for,
+    node_model,
     partial_path,
     program_link_nodes,
     scanned_inputs,
@@ -66,7 +78,68 @@ from offload_builders.targets import TargetID, parse_target_id
 
 
 def _model(env) -> str:
-    return HIP if env.subst("$OFFLOAD_MODEL") == HIP else OPENMP
+    """The environment's model (``$OFFLOAD_MODEL``): HIP, CUDA or OpenMP."""
+    chosen = env.subst("$OFFLOAD_MODEL")
+    return chosen if chosen in (HIP, CUDA) else OPENMP
+
+
+#: The GPU target kind each offload kind other than OpenMP compiles for (OpenMP compiles for all, x86_64 too).
+_TARGET_KINDS = {CUDA: "nvptx", HIP: "amdgpu"}
+
+#: How a HIP or CUDA object's device side is named when it is relocatable device code (an offload binary).
+_PACKAGE_SUFFIX = row(Phase.PACKAGE, CUDA).node.format(stem="")
+assert _PACKAGE_SUFFIX == row(Phase.PACKAGE, HIP).node.format(stem="")
+
+
+@dataclass(frozen=True)
+class KnownInputs:
+    """What a program's inputs hold as far as the tool knows when the SConscripts are read: the offload kinds
+    of the objects ``OffloadObject`` made (also inside ``OffloadStaticLibrary`` libraries), those of them with
+    relocatable device code (OpenMP's always is), and whether some other input (``env.Object``, a prebuilt
+    object or library) may hold any code."""
+
+    kinds: frozenset[str]
+    rdc_kinds: frozenset[str]
+    unknown: bool
+
+
+def library_emitter(target, source, env):
+    """``OffloadStaticLibrary``'s: mark the library, so that a program linking it reads its objects' models."""
+    for node in target:
+        node.attributes.offload_library = True
+    return target, source
+
+
+def known_inputs(nodes: Iterable) -> KnownInputs:
+    """:class:`KnownInputs` of ``nodes`` (objects and libraries)."""
+    kinds: set[str] = set()
+    rdc: set[str] = set()
+    unknown = False
+    pending, seen = list(nodes), set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        model = node_model([node])
+        if model is not None:
+            kinds.add(model)
+            device_side = getattr(node.attributes, "offload_inputs", None) or ()
+            if model == OPENMP or (device_side and str(device_side[0]).endswith(_PACKAGE_SUFFIX)):
+                rdc.add(model)
+        elif getattr(node.attributes, "offload_library", False) and node.sources:
+            pending.extend(node.sources)
+        else:
+            unknown = True
+    return KnownInputs(frozenset(kinds), frozenset(rdc), unknown)
+
+
+def links_openmp(env, model: str, known: KnownInputs) -> bool:
+    """Whether a program (not of the HIP model) links OpenMP's way: an input holds OpenMP code, or, in an OpenMP
+    environment, one may and the OpenMP device runtime is installed (so such programs link as they always did)."""
+    if OPENMP in known.kinds:
+        return True
+    return model == OPENMP and known.unknown and openmp.has_device_runtime(env)
 
 
 def _device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
@@ -84,16 +157,32 @@ def _device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
     if problems:
         raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
     files = linking.select_device_files(scanned, key)
+    if getattr(target[0].attributes, "offload_without_openmp", False):
+        _check_no_openmp_code(target, env, files, tid)
     runtime = getattr(target[0].attributes, "offload_nvptx_runtime", None)
     if runtime is not None and files and os.path.getsize(str(runtime)):
         split = nvptx_runtime.split_device_files(files, linking.device_runtime(toolchain_for(env)))
         if split is not None:  # the runtime's cubin in place of its bitcode, first: clang-nvlink-wrapper's order
             files = [*nvptx_runtime.read_runtime_package(str(runtime)), *split.user]
-    if not files:
+    if not files and not getattr(target[0].attributes, "offload_without_openmp", False):
+        # (without OpenMP, an empty image is what plain objects give: they register their own fat binaries)
         what = ("HIP device code", "code object") if _model(env) == HIP else ("device code", "image")
         SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no {what[0]} for {tid} in any input: the program"
                                                  f" has no {tid} {what[1]}")
     return files
+
+
+def _check_no_openmp_code(target, env, files: Sequence[linking.FoundBinary], tid: TargetID) -> None:
+    """A program linked without OpenMP's runtime (see :func:`links_openmp`) whose inputs turn out to hold OpenMP
+    code stops here, rather than linking code that would call a device runtime it does not have."""
+    major = toolchain_for(env).major
+    found = [f for f in files if f.binary.offload_kind != 0 and f.binary.offload_kind_name(major) == OPENMP]
+    if not found:
+        return
+    reason = (openmp.device_runtime_problem(env) or "the program's environment has OFFLOAD_MODEL="
+              f"{env.subst('$OFFLOAD_MODEL')!r}; link it from one whose OFFLOAD_MODEL is 'openmp'")
+    raise SCons.Errors.BuildError(node=target[0], errstr=f"{found[0].origin}: OpenMP device code for {tid}, but the"
+                                                          f" program links no OpenMP device runtime: {reason}")
 
 
 def offload_extract(target, source, env) -> int:
@@ -135,6 +224,13 @@ def offload_wrap(target, source, env) -> int:
     with open(output, "wb") as f:
         f.write(data)
     return 0
+
+
+def offload_wrap_without_openmp(target, source, env) -> int:
+    """The default ``$OFFLOAD_WRAPCOM`` of a program without OpenMP code (:func:`device_code_link`):
+    :func:`offload_wrap` (whose code, which SCons hashes into every wrap node's signature, stays as it was), except
+    that with no image of any kind the object holds no empty OpenMP descriptor, which would need libomptarget."""
+    return offload_wrap(target, source, env.Override({"OFFLOAD_MODEL": CUDA}))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -242,21 +338,35 @@ def _runtime_nodes(env, program, inputs, targets: Sequence[TargetID], images: li
 WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
 EXTRACT_IN_PROCESS = in_process_action(offload_extract, "EXTRACT", FUNCTION_PHASE_VARLIST)
 WRAP_IN_PROCESS = in_process_action(offload_wrap, "WRAP", WRAP_VARLIST)
+WRAP_WITHOUT_OPENMP_IN_PROCESS = in_process_action(offload_wrap_without_openmp, "WRAP", WRAP_VARLIST)
 _WRAP_BUILDER = SCons.Builder.Builder(action=function_phase("WRAP", varlist=WRAP_VARLIST), emitter=CLEAN_LEFTOVERS)
+
+
+def _wrap_without_openmp(env, target, source, **overrides):
+    """The wrap node of a program without OpenMP code: :data:`WRAP_WITHOUT_OPENMP_IN_PROCESS` in place of the
+    default ``$OFFLOAD_WRAPCOM`` (a user's own stays)."""
+    if env.get("OFFLOAD_WRAPCOM") is WRAP_IN_PROCESS:
+        overrides["OFFLOAD_WRAPCOM"] = WRAP_WITHOUT_OPENMP_IN_PROCESS
+    return _WRAP_BUILDER(env, target, source, **overrides)
 
 
 def program_emitter(target, source, env):
     """Expand the link into per-target extract and device-link nodes and one wrap node (the program itself
-    is the host link); a HIP-model program without relocatable device code gets none (see the module)."""
-    targets = selected_targets(env)
+    is the host link); a HIP-model program without relocatable device code gets none, nor does a program
+    without OpenMP and relocatable device code (see the module)."""
     program = target[0]
-    if _model(env) == HIP:
+    model = _model(env)
+    known = known_inputs(list(source) + static_libraries(env))
+    if model == HIP:
+        program.attributes.offload_link_kinds = frozenset({HIP}) | known.kinds
         if env.get("OFFLOAD_IMAGE_GROUPS"):
             raise SCons.Errors.UserError(f"{program}: OFFLOAD_IMAGE_GROUPS links OpenMP programs only (this "
                                          "environment's OFFLOAD_MODEL is 'hip'): leave it off for this program")
         targets = model_targets_for(env, program, HIP)  # the AMDGPU IDs of $OFFLOAD_ARCHS
         hip.check_program_targets(targets)
         hip.check_runtime(env, target, source)
+        if CUDA in known.kinds:
+            check_cuda_runtime(env, target)
         if not hip.links_device_code(env, target, source):
             return target, source
         hip.check_device_linker(env)
@@ -264,6 +374,13 @@ def program_emitter(target, source, env):
         ordered = sorted(targets, key=str, reverse=True)
         program_link_nodes(env, program, list(source) + static_libraries(env), ordered, HIP, _WRAP_BUILDER)
         return target, source
+    if not links_openmp(env, model, known):
+        device_code_link(env, program, source, model, known)
+        return target, source
+    program.attributes.offload_link_kinds = frozenset({OPENMP}) | known.kinds
+    if CUDA in known.kinds:
+        check_cuda_runtime(env, target)
+    targets = selected_targets(env)
     check_tools_for(env, targets)
     openmp.check_link_tools_for(env, targets)
     warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
@@ -284,6 +401,35 @@ def program_emitter(target, source, env):
     return target, source
 
 
+def device_code_link(env, program, source, model: str, known: KnownInputs) -> None:
+    """The link of a program without OpenMP code (of an OpenMP or CUDA environment), as ``clang++`` without
+    ``-fopenmp`` links it: plain HIP and CUDA objects register themselves; relocatable device code (an RDC object
+    the tool compiled, or any input it did not: it may hold some) gets per GPU target of its kinds an extract and
+    a device link, and the wrap node's registration, with no OpenMP device runtime (an input holding OpenMP code
+    after all stops its extract node). ``$OFFLOAD_IMAGE_GROUPS`` has nothing to group here."""
+    kinds = known.kinds | ({CUDA} if model == CUDA else frozenset())
+    program.attributes.offload_link_kinds = kinds
+    if model == CUDA and env.get("OFFLOAD_IMAGE_GROUPS"):
+        raise SCons.Errors.UserError(f"{program}: OFFLOAD_IMAGE_GROUPS links OpenMP programs only (this "
+                                     "environment's OFFLOAD_MODEL is 'cuda'): leave it off for this program")
+    if CUDA in kinds:
+        check_cuda_runtime(env, [program])
+    if HIP in kinds:
+        hip.check_runtime(env, [program], source)
+    openmp.check_deploy_devices(env)
+    linked = set(known.rdc_kinds) | (set(_TARGET_KINDS) if known.unknown else set())
+    target_kinds = {_TARGET_KINDS[kind] for kind in linked if kind in _TARGET_KINDS}
+    targets = [tid for tid in selected_targets(env) if tid.kind in target_kinds]
+    if not targets:
+        return
+    openmp.check_link_tools_for(env, targets, device_runtime=False)
+    warn_unmatched_keys(env, "OFFLOAD_TARGET_LINKFLAGS", targets)
+    images = program_link_nodes(env, program, list(source) + static_libraries(env), targets, OPENMP,
+                                _wrap_without_openmp, probe=True)
+    for image in images:
+        image.sources[0].attributes.offload_without_openmp = True  # the extract node
+
+
 def wrapper_object(target, source, env, for_signature) -> list[str]:
     """``$_OFFLOAD_WRAPPER_OBJECT``: the program's registration object (none for a non-RDC HIP program)."""
     wrapper = getattr(target[0].attributes, "offload_wrapper", None)
@@ -291,18 +437,72 @@ def wrapper_object(target, source, env, for_signature) -> list[str]:
 
 
 def host_runtime(target, source, env, for_signature) -> list[str]:
-    """``$_OFFLOAD_HOST_RUNTIME``: the runtime of the environment's model, and of the other model where the
-    program's inputs (objects and ``$LIBS``' static libraries, read when the link runs) carry its code;
-    OpenMP's first."""
-    model = _model(env)
+    """``$_OFFLOAD_HOST_RUNTIME``: the runtime of each offload kind the program links, as its emitter decided
+    (``offload_link_kinds``: OpenMP's for a program linked OpenMP's way, and the kinds of the objects the tool
+    compiled), and of each kind the program's inputs (objects and ``$LIBS``' static libraries, read when the link
+    runs) carry code of; OpenMP's first, then CUDA's and HIP's (the wrap node's registration order)."""
     paths = [str(node) for node in source] + [str(node) for node in static_libraries(env)]
-    kinds = {model} | set(input_offload_kinds(paths, toolchain_for(env).major))
+    decided = getattr(target[0].attributes, "offload_link_kinds", None) if target else None
+    kinds = set(decided if decided is not None else {_model(env)})
+    kinds |= input_offload_kinds(paths, toolchain_for(env).major)
     arguments = []
     if OPENMP in kinds:
         arguments += openmp.runtime_arguments(target, source, env, for_signature)
+    if CUDA in kinds:
+        arguments += cuda_runtime_arguments(target, source, env, for_signature)
     if HIP in kinds:
         arguments += hip.runtime_arguments(target, source, env, for_signature)
     return arguments
+
+
+# --------------------------------------------------------------------------------------------------
+# The CUDA runtime, which a program with CUDA code links ($OFFLOAD_CUDA_RUNTIME).
+
+#: The CUDA runtime's library name (``-lcudart``).
+CUDA_RUNTIME_LIBRARY = "cudart"
+
+
+def cuda_runtime_library(env) -> str | None:
+    """``libcudart.so`` of the CUDA installation (the toolchain's ``$CUDA_PATH``), in ``lib64`` or ``lib``, as the
+    path found (``/usr/local/cuda/lib64/libcudart.so``); None without one."""
+    root = toolchain_for(env).cuda_path
+    if root is None:
+        return None
+    for directory in ("lib64", "lib"):
+        candidate = os.path.join(str(root), directory, f"lib{CUDA_RUNTIME_LIBRARY}.so")
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def cuda_runtime_arguments(target, source, env, for_signature) -> list[str]:
+    """The host link's CUDA runtime: ``$OFFLOAD_CUDA_RUNTIME``'s libraries, or (None) the installation's
+    ``libcudart`` (``-L<CUDA_PATH>/lib64 -lcudart``), nothing where there is none. As HIP's runtime
+    (:func:`offload_builders.scons.hip.runtime_arguments`), with no run path: the program finds ``libcudart.so.13``
+    where the loader looks (``ld.so.conf``, ``$LD_LIBRARY_PATH``) or where ``$LINKFLAGS`` puts one."""
+    value = env.get("OFFLOAD_CUDA_RUNTIME")
+    if value is None:
+        found = cuda_runtime_library(env)
+        return [] if found is None else [f"-L{os.path.dirname(found)}", f"-l{CUDA_RUNTIME_LIBRARY}"]
+    return [f"-l{env.subst(str(name))}" for name in SCons.Util.flatten(value)]
+
+
+#: Programs already warned about a missing CUDA runtime in this run.
+_WARNED_CUDA_RUNTIME: set[str] = set()
+
+
+def check_cuda_runtime(env, target) -> None:
+    """Say once, at read time, that a program with CUDA code links without the CUDA runtime because none was
+    found (``$OFFLOAD_CUDA_RUNTIME`` unset)."""
+    if env.get("OFFLOAD_CUDA_RUNTIME") is not None or str(target[0]) in _WARNED_CUDA_RUNTIME:
+        return
+    if cuda_runtime_library(env) is None:
+        _WARNED_CUDA_RUNTIME.add(str(target[0]))
+        where = toolchain_for(env).cuda_path
+        SCons.Warnings.warn(OffloadLinkWarning, f"{target[0]}: no CUDA runtime (lib{CUDA_RUNTIME_LIBRARY}.so in"
+                            f" lib64 or lib of {where or 'a CUDA installation: none found'}) found, so the program is"
+                            " linked without it; set $CUDA_PATH to the CUDA installation, or OFFLOAD_CUDA_RUNTIME to"
+                            " the libraries to link ([] for none, which also silences this)")
 
 
 def generate(env) -> None:
@@ -324,7 +524,10 @@ def generate(env) -> None:
         env["OFFLOAD_GROUPLINKCOM"] = GROUPLINK_IN_PROCESS
 
 
-__all__ = ["EXTRACT_IN_PROCESS", "GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS", "RUNTIMELINK_IN_PROCESS",
-           "RUNTIMESYMS_IN_PROCESS", "RUNTIME_NODE_NAMES", "WRAP_IN_PROCESS", "generate", "host_runtime",
-           "offload_extract", "offload_runtime_link", "offload_runtime_symbols", "offload_wrap", "program_emitter",
-           "wrapper_object"]
+__all__ = ["CUDA_RUNTIME_LIBRARY", "EXTRACT_IN_PROCESS", "GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS",
+           "RUNTIMELINK_IN_PROCESS", "RUNTIMESYMS_IN_PROCESS", "RUNTIME_NODE_NAMES", "WRAP_IN_PROCESS",
+           "WRAP_WITHOUT_OPENMP_IN_PROCESS", "KnownInputs",
+           "check_cuda_runtime", "cuda_runtime_arguments", "cuda_runtime_library", "device_code_link", "generate",
+           "host_runtime", "known_inputs", "library_emitter", "links_openmp", "offload_extract",
+           "offload_runtime_link", "offload_runtime_symbols", "offload_wrap", "offload_wrap_without_openmp",
+           "program_emitter", "wrapper_object"]

@@ -37,7 +37,7 @@ import SCons.Errors
 import SCons.Scanner.Prog
 import SCons.Util
 
-from offload_builders.phase_table import OPENMP, command_defaults
+from offload_builders.phase_table import OPENMP, command_defaults, message_defaults
 from offload_builders.scons import hip, objects, openmp, program
 from offload_builders.scons.common import (
     CLEAN_LEFTOVERS,
@@ -85,9 +85,14 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_PROBE_CACHE": ".sconsign.offload-probes.json",  # relative to the top directory; '' disables
     # $OFFLOAD_HOSTCOM, DEVICECOM, ASSEMBLECOM, EMBEDCOM, ARCOM, DEVICELINKCOM and LINKCOM: the phase table's.
     **command_defaults(OPENMP),
+    # $OFFLOAD_RUNTIMESYMSCOMSTR and RUNTIMELINKCOMSTR: the NVPTX device runtime's nodes print a message, not a repr.
+    **message_defaults(OPENMP),
     "OFFLOAD_DEVICE_LINKFLAGS": ["$_OFFLOAD_DEVICE_LINK_LEVEL"],  # the -O of the link or compile flags, else -O2
     "OFFLOAD_TARGET_LINKFLAGS": {},
     "OFFLOAD_DEPLOY_DEVICES": [],  # e.g. ["gfx90a:sramecc+:xnack-", "sm_90"]: each must find an image
+    # The libraries a program with CUDA code links for the CUDA runtime; None: the installation's libcudart
+    # (see offload_builders.scons.program.cuda_runtime_arguments), [] none.
+    "OFFLOAD_CUDA_RUNTIME": None,
 }
 
 
@@ -137,7 +142,7 @@ def generate(env, **kwargs: Any) -> None:
         suffix="$LIBSUFFIX",
         src_suffix="$OBJSUFFIX",
         src_builder="OffloadObject",
-        emitter=CLEAN_LEFTOVERS,
+        emitter=[program.library_emitter, CLEAN_LEFTOVERS],
     )
     env["BUILDERS"]["OffloadProgram"] = link_builder(
         action=SCons.Action.ListAction([
