@@ -73,6 +73,9 @@ RESERVED_FLAG_PREFIXES: tuple[str, ...] = ("--offload-arch=", "--cuda-gpu-arch="
                                            "--offload-device-only", "--offload-host-only", "--cuda-device-only",
                                            "--cuda-host-only")
 
+#: The driver's packager job: ``clang-offload-packager`` (Clang 19), ``llvm-offload-binary`` (Clang 20+).
+PACKAGER_NAMES = ("clang-offload-packager", "llvm-offload-binary")
+
 #: The last Clang major version that cannot parse CUDA 13's headers (and whose driver still probes fine).
 _LAST_WITHOUT_HEADERS = 19
 #: User flags that choose the headers or libdevice: with one of them the tool adds neither.
@@ -265,8 +268,9 @@ class CudaPhaseModel:
         assemble = job_template(ptxas, input_slot="input", input_value=ptx)
         suffix = os.path.splitext(ptx)[1]
         if rdc:
+            # Clang 20+ names the packager llvm-offload-binary; the offload binary is the same format
             packager = self._one(target, jobs, "clang-offload-packager",
-                                 [job for job in jobs if tool_name(job).startswith("clang-offload-packager")])
+                                 [job for job in jobs if tool_name(job).startswith(PACKAGER_NAMES)])
             return CudaDeviceSteps(target, compile_template, suffix, assemble, (), image_spec(packager))
         fatbinary = self._one(target, jobs, "fatbinary",
                               [job for job in jobs if tool_name(job).startswith("fatbinary")])
