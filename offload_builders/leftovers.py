@@ -37,6 +37,11 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TextIO
 
+from offload_builders.errors import OffloadError
+
+#: ``$OFFLOAD_PARTIAL_SUFFIX``'s default: what every phase command writes, renamed over the target once it ends.
+DEFAULT_PARTIAL_SUFFIX = ".partial"
+
 #: The suffix (after the partial output's name) of the package an OpenMP object's action writes and embeds.
 PACKAGE_SUFFIX = ".package"
 
@@ -54,6 +59,34 @@ _COMPILED_SIDE_SUFFIXES = (PTX_SUFFIX, DEVICE_OBJECT_SUFFIX)
 #: The suffixes of the files a node's own steps write beside its partial output.
 _SIDE_SUFFIXES = (".uncompressed", PACKAGE_SUFFIX, *_COMPILED_SIDE_SUFFIXES)
 _SIDE_FILE = "(?:" + "|".join(re.escape(suffix) for suffix in _SIDE_SUFFIXES) + ")"
+
+
+#: The characters a partial-output suffix may hold: it is appended to file names in commands that a shell
+#: may read (``${TARGET}$OFFLOAD_PARTIAL_SUFFIX`` in the link and archive lines), where the target is quoted
+#: and the suffix is not.
+_SUFFIX_CHARACTERS = re.compile(r"[\w.,+~@%=-]+")
+
+
+@functools.lru_cache(maxsize=64)
+def check_partial_suffix(suffix: str, variable: str = "OFFLOAD_PARTIAL_SUFFIX") -> str:
+    """``suffix`` (``$OFFLOAD_PARTIAL_SUFFIX`` as substituted), or one :class:`OffloadError` naming ``variable``
+    where it cannot name the partial output beside its target: empty (the command would write the target
+    itself, so a killed one leaves it half written), holding a path separator (``/x`` writes into a
+    directory named after the target, or anywhere), only dots (``.``, ``..``: Windows drops trailing dots, so
+    the partial output would be the target), or a character a shell reads (space, ``$``, ``;``, quotes...)."""
+    problem = ""
+    if not suffix:
+        problem = "is empty; commands must write a partial output beside their target"
+    elif "/" in suffix or os.sep in suffix or (os.altsep and os.altsep in suffix):
+        problem = "holds a path separator; it must only add to the target's file name"
+    elif not suffix.strip("."):
+        problem = "is only dots; Windows drops trailing dots from file names, so the partial output would be the target"
+    elif not _SUFFIX_CHARACTERS.fullmatch(suffix):
+        problem = ("holds characters other than letters, digits and . , + ~ @ % = - _; it is appended to file names"
+                   " in commands a shell may read")
+    if problem:
+        raise OffloadError(f"{variable} {suffix!r} {problem} (the default is {DEFAULT_PARTIAL_SUFFIX!r})")
+    return suffix
 
 
 def llvm_extension(name: str) -> str:

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import shlex
-import stat
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from offload_builders.errors import OffloadError, ToolchainError
 from offload_builders.formats import cubin
+from offload_builders.private_dirs import private_directory
 from offload_builders.toolchain import Toolchain, binary_stamp, user_cache, user_cache_dir
 
 VARIABLE = "OFFLOAD_NVPTX_TOOLS"
@@ -88,20 +88,6 @@ def wheel_directories() -> tuple[Path, Path] | None:
             return None
         found.append(match)
     return found[0].parent.parent, found[1]
-
-
-def private_directory(path: Path) -> Path:
-    """Make ``path`` (mode 0700) if needed and return it, or refuse it unless it is a real directory owned by
-    this user that no one else may write: what the tool later runs from there must be the tool's."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = path.lstat()
-    except OSError as error:
-        raise ToolchainError(f"cannot make the private directory {path}: {error.strerror}") from None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise ToolchainError(f"{path} is not a directory of this user's that only this user may write; remove"
-                             " it (offload-builders keeps programs it runs there)")
-    return path
 
 
 def _replace(path: Path, make: str, content: str) -> None:

@@ -23,6 +23,7 @@ as an OpenMP offload device, packaged with an empty ``arch=``) are target IDs he
 from __future__ import annotations
 
 import functools
+from collections import UserList
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -433,6 +434,48 @@ def _split_items(value: str | Iterable[str]) -> list[str]:
     return items
 
 
+#: How a list of offload targets may be given (for the error that names what was given instead).
+ACCEPTED_ARCH_LISTS = ("a list or tuple of target ID strings or one comma-separated string, e.g."
+                       " ['x86_64', 'sm_90'] or 'x86_64,sm_90'")
+
+
+def offload_arch_words(value: object, variable: str = "OFFLOAD_ARCHS") -> str | tuple[str, ...]:
+    """The words of an offload target list as a build file gives it (``$OFFLOAD_ARCHS``): a string as it is,
+    a list or tuple (nested ones flattened, as SCons flattens them; ``UserList`` such as SCons' ``CLVar``
+    too) as a tuple of its strings. Anything else, or an item that is not a string, is one
+    :class:`TargetIDError` naming ``variable``, what it holds and what it takes, rather than a target
+    parsed from a Python ``repr`` (``"{'sm_90'}"``, ``"b'sm_90'"``, ``'None'``). A set is refused too: SCons
+    takes no set for a list (``SCons.Util.flatten`` keeps it whole, ``$OFFLOAD_ARCHS`` substitutes its repr)."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, (list, tuple, UserList)):
+        raise TargetIDError(f"{variable} must be {ACCEPTED_ARCH_LISTS}; it is {_type_words(value)}")
+    words: list[str] = []
+    pending: list[object] = list(value)
+    while pending:
+        item = pending.pop(0)
+        if isinstance(item, (list, tuple, UserList)):
+            pending[:0] = list(item)
+        elif isinstance(item, str):
+            words.append(item)
+        else:
+            raise TargetIDError(f"{variable} must be {ACCEPTED_ARCH_LISTS}; it holds {_type_words(item)}")
+    return tuple(words)
+
+
+def _type_words(value: object) -> str:
+    """What ``value`` is, in words (no repr: a set or bytes repr reads as a target name gone wrong)."""
+    if value is None:
+        return "None"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes (decode them to a string)"
+    if isinstance(value, (set, frozenset)):
+        return "a set (SCons takes no set for a list)"
+    if isinstance(value, dict):
+        return "a dict"
+    return f"a value of type {type(value).__name__}"
+
+
 def parse_offload_archs(
     value: str | Iterable[str], *, llvm_version: int = DEFAULT_LLVM_VERSION
 ) -> tuple[TargetID, ...]:
@@ -474,6 +517,7 @@ def is_compatible(code_object: TargetID, device: TargetID) -> bool:
 
 
 __all__ = [
+    "ACCEPTED_ARCH_LISTS",
     "AMDGPU_PROCESSORS",
     "AMDGPU_TRIPLE",
     "AMDGPUProcessor",
@@ -489,6 +533,7 @@ __all__ = [
     "is_compatible",
     "known_processors",
     "nvptx_arch",
+    "offload_arch_words",
     "parse_offload_archs",
     "parse_target_id",
     "parse_target_id_format",

@@ -15,13 +15,24 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from offload_builders.errors import ToolchainError
+from offload_builders.private_dirs import (
+    UnsafeDirectoryError,
+    private_directory,
+    replace_private_file,
+    trusted_file_text,
+)
+
+TYPE_CHECKING = False  # typing costs every command line milliseconds: for type checkers only
+if TYPE_CHECKING:
+    from typing import TypeGuard
 
 #: Where Debian's versioned LLVM packages put their tools, newest supported first.
 DEBIAN_LLVM_PREFIXES: tuple[str, ...] = ("/usr/lib/llvm-19",)
@@ -127,13 +138,33 @@ class Toolchain:
                              f"{install_hint(name)}")
 
 
+#: The layout of cache entries, part of every key as it is stored: an entry of another layout is a miss. Raised
+#: whenever what an entry holds changes meaning or checks; entries of other layouts stay in the file (another
+#: installed version may share it) until they are trimmed as the oldest.
+CACHE_FORMAT = 2
+
+#: A cache's check of one entry, given the key asked for and the value found (already a list of lists of
+#: strings): whether to use it. An entry that fails is a miss, asked again and replaced.
+EntryCheck = Callable[[str, list], bool]
+
+#: The start of a key made by :meth:`ProbeCache.key` (the driver's jobs), before the language and a colon.
+DRIVER_JOBS_KEY = "driver-jobs/"
+
+
 class ProbeCache:
     """Answers that cost a process, kept on disk: driver probes (so a no-op rebuild spawns no
     ``clang -###`` at all), the toolchain's version, device bitcode symbols.
 
     Values are lists of lists of strings. Keys name the driver binary by path, size and modification
     time (:meth:`key`), so an upgraded compiler is probed again, or hash what was read. The file is
-    rewritten at exit only when something was added; a damaged file or entry is a miss.
+    rewritten at exit only when something was added.
+
+    What is read is not trusted: driver jobs from here are run as they are, and a damaged answer kept would
+    fail every build. A damaged file is empty; an entry is used only where it is a list of lists of strings
+    (no NUL), stored under this :data:`CACHE_FORMAT`, and passes the cache's ``check`` (by default
+    :func:`driver_jobs_check`); anything else is a miss, so it is asked again and replaced, in this file
+    and in every file the answer is copied to. A ``private`` cache (a per-user one) also reads only a file
+    of this user's that no one else may write, and writes its file ``0600``.
 
     Several processes (two projects building at once) share one file: a save re-reads the file under a
     lock on its directory and merges what others wrote with what this process added (its own answers
@@ -144,18 +175,30 @@ class ProbeCache:
     #: Entries kept at most unless the constructor says otherwise: the oldest go first.
     MAX_ENTRIES = 4096
 
-    def __init__(self, path: str | os.PathLike[str], max_entries: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], max_entries: int | None = None, *,
+                 check: EntryCheck | None = None, private: bool = False) -> None:
         self.path = Path(path)
         self.max_entries = self.MAX_ENTRIES if max_entries is None else max_entries
+        self.check: EntryCheck = driver_jobs_check if check is None else check
+        self.private = private
         self._lock = threading.Lock()
-        self._added: dict[str, None] = {}  # keys put since the last save, oldest first
-        self._entries: dict[str, list[list[str]]] = self._read()
+        self._added: dict[str, None] = {}  # stored keys put since the last save, oldest first
+        self._entries: dict[str, object] = self._read()
         atexit.register(self.save)
 
-    def _read(self) -> dict[str, list[list[str]]]:
+    def _read(self) -> dict[str, object]:
+        if self.private:
+            text = trusted_file_text(self.path)
+            if text is None:
+                return {}
+        else:
+            try:
+                text = self.path.read_text()
+            except (OSError, ValueError):
+                return {}
         try:
-            loaded = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            loaded = json.loads(text)
+        except ValueError:
             return {}
         return loaded if isinstance(loaded, dict) else {}
 
@@ -163,25 +206,30 @@ class ProbeCache:
     def key(driver: str, language: str, flags: tuple[str, ...], cwd: str) -> str:
         # The invoked name matters (clang and clang++ are one binary in two driver modes), and so
         # does the binary behind it (behind a wrapper script: the compiler it runs, see _probe_toolchain).
-        return json.dumps([*_binary_stamp(driver), language, flags, cwd, _driver_search_stamp(),
-                           *_COMPILER_BEHIND.get(os.path.abspath(driver), ())])
+        # The language leads (DRIVER_JOBS_KEY), so the check of an entry knows what a probe of it answers.
+        return f"{DRIVER_JOBS_KEY}{language}:" + json.dumps(
+            [*_binary_stamp(driver), language, flags, cwd, _driver_search_stamp(),
+             *_COMPILER_BEHIND.get(os.path.abspath(driver), ())])
 
     def get(self, key: str) -> tuple[tuple[str, ...], ...] | None:
-        jobs = self._entries.get(key)
-        if not isinstance(jobs, list) or not all(
-                isinstance(job, list) and all(isinstance(arg, str) for arg in job) for job in jobs):
+        value = self._entries.get(_stored_key(key))
+        if not _rows_of_strings(value) or not self.check(key, value):
             return None
-        return tuple(tuple(job) for job in jobs)
+        return tuple(tuple(row) for row in value)
 
     def put(self, key: str, jobs: tuple[tuple[str, ...], ...]) -> None:
+        value = [list(job) for job in jobs]
+        if not _rows_of_strings(value) or not self.check(key, value):
+            return  # never read back as it is: not worth a line in the file
+        stored = _stored_key(key)
         with self._lock:
-            self._entries.pop(key, None)
-            self._entries[key] = [list(job) for job in jobs]
-            self._added.pop(key, None)
-            self._added[key] = None
+            self._entries.pop(stored, None)
+            self._entries[stored] = value
+            self._added.pop(stored, None)
+            self._added[stored] = None
             self._trim(self._entries)
 
-    def _trim(self, entries: dict[str, list[list[str]]]) -> None:
+    def _trim(self, entries: dict[str, object]) -> None:
         while len(entries) > self.max_entries:
             del entries[next(iter(entries))]
 
@@ -199,11 +247,78 @@ class ProbeCache:
                             merged.pop(key, None)
                             merged[key] = self._entries[key]
                     self._trim(merged)
-                    _replace_atomically(self.path, json.dumps(merged))
+                    if self.private:
+                        replace_private_file(self.path, json.dumps(merged), 0o600)
+                    else:
+                        _replace_atomically(self.path, json.dumps(merged))
             except OSError:
                 return  # a read-only tree only loses the cache, never the build
             self._entries = merged
             self._added.clear()
+
+
+def _stored_key(key: str) -> str:
+    """``key`` as the file holds it: with the layout it was written in (:data:`CACHE_FORMAT`)."""
+    return f"v{CACHE_FORMAT}:{key}"
+
+
+def _rows_of_strings(value: object) -> TypeGuard[list[list[str]]]:
+    """Whether ``value`` is a list of lists of strings none of which holds a NUL (no argument, path or name can)."""
+    return isinstance(value, list) and all(
+        isinstance(row, list) and all(isinstance(word, str) and "\0" not in word for word in row) for row in value)
+
+
+def driver_jobs_check(key: str, value: list) -> bool:
+    """The check of an answer of the driver (a key made by :meth:`ProbeCache.key`): jobs, each a program and
+    its arguments. A compile probe has at least one job (none would fail every build of it); a device-link
+    or host-link probe may have none (its answer "run the driver instead"), a host-link probe at most one.
+    A key not made by :meth:`ProbeCache.key` is not checked further."""
+    if not key.startswith(DRIVER_JOBS_KEY):
+        return True
+    language = key[len(DRIVER_JOBS_KEY):].partition(":")[0]
+    if not all(job and job[0] for job in value):
+        return False
+    if language == "host-link":
+        return len(value) <= 1
+    return language == "device-link" or bool(value)
+
+
+def _toolchain_check(key: str, value: list) -> bool:
+    """``toolchains.json`` (:func:`_driver_facts`): (version line, InstalledDir, resource directory) and
+    (the $PATH of a wrapper or '', the stamp of the compiler found)."""
+    return (len(value) == 2 and len(value[0]) == 3 and len(value[1]) >= 2
+            and _VERSION_RE.search(value[0][0]) is not None and all(os.path.isabs(path) for path in value[0][1:]))
+
+
+def _abi_check(key: str, value: list) -> bool:
+    """``nvptx-tools.json``: the cubin ELF ABI the tools write, one number."""
+    return len(value) == 1 and len(value[0]) == 1 and re.fullmatch(r"[0-9]{1,3}", value[0][0]) is not None
+
+
+def _kinds_check(key: str, value: list) -> bool:
+    """``link-input-kinds.json``: one row of offload kind names (none: no device code)."""
+    return len(value) == 1 and all(re.fullmatch(r"[a-z][a-z0-9_-]*", kind) for kind in value[0])
+
+
+def _empty_check(key: str, value: list) -> bool:
+    """``host-libraries.json``: an entry is only ever empty (this library has no offload code)."""
+    return value == []
+
+
+def _symbols_check(key: str, value: list) -> bool:
+    """``device-symbols.json``: (symbol name, flags among 'u' undefined, 'w' weak, 'h' hidden) pairs."""
+    return all(len(row) == 2 and row[0] and re.fullmatch("u?w?h?", row[1]) for row in value)
+
+
+#: The check of each per-user cache file's entries (what its writer puts there). Files not named here
+#: (``driver-probes.json``, ``link-probes.json``: driver jobs) get :func:`driver_jobs_check`.
+CACHE_CHECKS: Mapping[str, EntryCheck] = {
+    "toolchains.json": _toolchain_check,
+    "nvptx-tools.json": _abi_check,
+    "link-input-kinds.json": _kinds_check,
+    "host-libraries.json": _empty_check,
+    "device-symbols.json": _symbols_check,
+}
 
 
 @contextlib.contextmanager
@@ -279,11 +394,13 @@ _COMPILER_BEHIND: dict[str, list] = {}
 _PROBE_CACHES: dict[str, ProbeCache] = {}
 
 
-def probe_cache(path: str | os.PathLike[str], max_entries: int | None = None) -> ProbeCache:
-    """One :class:`ProbeCache` per file per process (``max_entries``: its size limit, if not the default)."""
+def probe_cache(path: str | os.PathLike[str], max_entries: int | None = None, *,
+                check: EntryCheck | None = None, private: bool = False) -> ProbeCache:
+    """One :class:`ProbeCache` per file per process (``max_entries``: its size limit, if not the default;
+    ``check`` and ``private``: see the class). The first call for a file decides."""
     key = os.path.abspath(path)
     if key not in _PROBE_CACHES:
-        _PROBE_CACHES[key] = ProbeCache(key, max_entries)
+        _PROBE_CACHES[key] = ProbeCache(key, max_entries, check=check, private=private)
     return _PROBE_CACHES[key]
 
 
@@ -309,23 +426,59 @@ def _driver_search_stamp() -> list[list]:
     return stamp
 
 
-def user_cache_dir() -> str | None:
-    """The per-user cache directory (``$OFFLOAD_BUILDERS_CACHE_DIR``, else ``offload-builders`` in the XDG
-    cache directory); None where ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns the caches off."""
+def configured_cache_dir() -> str | None:
+    """The per-user cache directory as configured (``$OFFLOAD_BUILDERS_CACHE_DIR``, else
+    :func:`default_cache_dir`), unchecked; None where ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns the caches
+    off."""
     directory = os.environ.get("OFFLOAD_BUILDERS_CACHE_DIR")
     if directory is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        directory = os.path.join(base, "offload-builders")
+        directory = default_cache_dir()
     return directory or None
 
 
-def user_cache(name: str, max_entries: int | None = None) -> ProbeCache | None:
-    """A per-user cache file (``$OFFLOAD_BUILDERS_CACHE_DIR/<name>``, else in the XDG cache directory).
+def default_cache_dir() -> str:
+    """``offload-builders`` in the XDG cache directory (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "offload-builders")
+
+
+#: The cache directories warned about in this process (once each).
+_WARNED_CACHE_DIRS: set[str] = set()
+
+
+def user_cache_dir() -> str | None:
+    """The per-user cache directory (:func:`configured_cache_dir`), made ``0700`` if missing and checked on
+    every call to be private to the user (:func:`offload_builders.private_dirs.private_directory`): what is
+    read from there is run or trusted. None where the caches are off: turned off, or the directory cannot be
+    made (a read-only home: silently, as the caches never stop a build), or it is not private (another
+    user's, or writable by others: one warning per process on stderr, naming the directory and the fix)."""
+    directory = configured_cache_dir()
+    if directory is None:
+        return None
+    try:
+        private_directory(directory)
+    except UnsafeDirectoryError as error:
+        if directory not in _WARNED_CACHE_DIRS:
+            _WARNED_CACHE_DIRS.add(directory)
+            sys.stderr.write("offload-builders: warning: the per-user caches are off ($OFFLOAD_BUILDERS_CACHE_DIR"
+                             f" chooses their directory): {error}\n")
+        return None
+    except ToolchainError:
+        return None
+    return directory
+
+
+def user_cache(name: str, max_entries: int | None = None, check: EntryCheck | None = None) -> ProbeCache | None:
+    """A per-user cache file (``<name>`` in :func:`user_cache_dir`), private to the user; None where the
+    caches are off. ``check``: its entries' check, by default the one :data:`CACHE_CHECKS` names for ``name``.
 
     ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns these caches off.
     """
     directory = user_cache_dir()
-    return probe_cache(os.path.join(directory, name), max_entries) if directory else None
+    if not directory:
+        return None
+    return probe_cache(os.path.join(directory, name), max_entries, check=check or CACHE_CHECKS.get(name),
+                       private=True)
 
 
 def user_probe_cache() -> ProbeCache | None:

@@ -12,9 +12,14 @@ from pathlib import Path
 import pytest
 
 from offload_builders.errors import ToolchainError
-from offload_builders.toolchain import find_toolchain
+from offload_builders.toolchain import CACHE_FORMAT, find_toolchain
 
 LLVM = Path("/usr/lib/llvm-19")
+
+
+def stored(key: str) -> str:
+    """``key`` as a cache file holds it: with the entries' layout (:data:`CACHE_FORMAT`)."""
+    return f"v{CACHE_FORMAT}:{key}"
 
 
 def test_finds_clang_19_and_its_tools():
@@ -169,7 +174,7 @@ def test_driver_probe_keys_of_a_wrapper_name_the_compiler_behind_it(tmp_path):
         return module.ProbeCache.key(str(clang), "c", ("-O2",), "/")
 
     before = key()
-    assert os.path.realpath(installed) in json.loads(before)[-4:]
+    assert os.path.realpath(installed) in json.loads(before.partition(":")[2])[-4:]
     status = installed.stat()
     os.utime(installed, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))
     assert key() != before
@@ -192,12 +197,16 @@ def test_probe_cache_keeps_the_newest_entries(tmp_path, monkeypatch):
 def test_a_damaged_cache_file_is_a_miss(tmp_path):
     from offload_builders.toolchain import ProbeCache
 
-    (tmp_path / "c.json").write_text('{"number": 5, "text": "abc", "nested": [[1, 2]], "good": [["a", "b"]]}')
+    entries = {"number": 5, "text": "abc", "nested": [[1, 2]], "good": [["a", "b"]], "nul": [["a\0"]]}
+    (tmp_path / "c.json").write_text(json.dumps({stored(key): value for key, value in entries.items()}))
     cache = ProbeCache(tmp_path / "c.json")
+    assert cache.get("nul") is None
     assert [cache.get(k) for k in ("number", "text", "nested", "missing")] == [None] * 4
     assert cache.get("good") == (("a", "b"),)
     (tmp_path / "d.json").write_text("{not json")
     assert ProbeCache(tmp_path / "d.json").get("good") is None
+    (tmp_path / "e.json").write_text(json.dumps({"good": [["a", "b"]], "v1:good": [["a", "b"]]}))
+    assert ProbeCache(tmp_path / "e.json").get("good") is None  # written in another layout
 
 
 def test_probe_keys_change_when_a_gcc_version_is_installed(tmp_path, monkeypatch):
@@ -234,8 +243,8 @@ def test_processes_saving_one_cache_file_at_once_keep_each_others_entries(tmp_pa
     savers = [subprocess.Popen([sys.executable, "-c", _SAVER, str(path), prefix, "150"]) for prefix in ("a", "b")]
     assert [saver.wait() for saver in savers] == [0, 0]
     saved = json.loads(path.read_text())
-    assert sorted(saved) == sorted(f"{prefix}{index}" for prefix in "ab" for index in range(150))
-    assert saved["b7"] == [["b", "7"]]
+    assert sorted(saved) == sorted(stored(f"{prefix}{index}") for prefix in "ab" for index in range(150))
+    assert saved[stored("b7")] == [["b", "7"]]
     assert os.listdir(path.parent) == ["shared.json"]  # no temporary file left
 
 
@@ -276,7 +285,7 @@ def test_a_truncated_cache_file_is_a_miss_and_is_replaced(tmp_path):
     cache.put("new", (("y",),))
     path.write_text("{truncated again")  # damaged on disk between our load and our save
     cache.save()
-    assert json.loads(path.read_text()) == {"new": [["y"]]}
+    assert json.loads(path.read_text()) == {stored("new"): [["y"]]}
 
 
 def test_a_save_that_fails_leaves_no_temporary_file(tmp_path):

@@ -1,10 +1,15 @@
 """The directory a Clang driver is pointed at (``-B``) to run ``offload-link`` in ``clang-linker-wrapper``'s
 place, and the link flags a build system that links with the driver (Meson's ``executable()``) needs.
 
-The directory holds one script, ``clang-linker-wrapper``, that runs this Python's ``offload-link``. It lives
-under the per-user cache directory (``$OFFLOAD_BUILDERS_CACHE_DIR``, else ``~/.cache/offload-builders``;
-the system's temporary directory where caches are off), one per interpreter, and is rewritten only when
-its text would change, atomically.
+The directory holds one script, ``clang-linker-wrapper``, that runs this Python's ``offload-link``: clang
+runs it as this user, so the directory is private to the user (:mod:`offload_builders.private_dirs`), one
+per interpreter, checked on every call, and the script is rewritten (atomically) whenever it is not this
+user's own file with exactly the expected text. It lives in the per-user cache directory
+(``$OFFLOAD_BUILDERS_CACHE_DIR``, else ``offload-builders`` in ``$XDG_CACHE_HOME`` or ``~/.cache``). Where the
+caches are off (``OFFLOAD_BUILDERS_CACHE_DIR=``) the script still has to outlive this process (Meson asks for
+the flags when it configures and links much later), so it goes to ``$XDG_RUNTIME_DIR/offload-builders``
+(the per-user runtime directory the login session provides, ``0700``), else to the default cache directory
+named above: never to a shared temporary directory, where another user could make the directory first.
 """
 from __future__ import annotations
 
@@ -12,40 +17,42 @@ import hashlib
 import os
 import shlex
 import sys
-import tempfile
+from pathlib import Path
 
-from offload_builders.toolchain import find_toolchain
+from offload_builders.errors import ToolchainError
+from offload_builders.private_dirs import private_directory, replace_private_file, trusted_file_text
+from offload_builders.toolchain import configured_cache_dir, default_cache_dir, find_toolchain
 
 WRAPPER_NAME = "clang-linker-wrapper"
 
 
-def _cache_root() -> str:
-    directory = os.environ.get("OFFLOAD_BUILDERS_CACHE_DIR")
-    if directory is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        directory = os.path.join(base, "offload-builders")
-    return directory or os.path.join(tempfile.gettempdir(), f"offload-builders-{os.getuid()}")
+def _shim_root() -> Path:
+    """The private directory the shim directories go in (see the module's docstring)."""
+    configured = configured_cache_dir()
+    if configured:
+        return private_directory(os.path.abspath(configured))
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):  # the XDG spec: a relative value is to be ignored
+        try:
+            private_directory(runtime, create=False)  # the session's: never made here
+        except ToolchainError as error:
+            if os.path.lexists(runtime):
+                raise ToolchainError(f"$XDG_RUNTIME_DIR: {error}; unset XDG_RUNTIME_DIR, or set"
+                                     " OFFLOAD_BUILDERS_CACHE_DIR to a directory of this user's") from None
+        else:
+            return private_directory(os.path.join(runtime, "offload-builders"))
+    return private_directory(os.path.abspath(default_cache_dir()))
 
 
 def shim_dir() -> str:
-    """Make (if needed) and return the directory whose ``clang-linker-wrapper`` runs ``offload-link``."""
+    """Make (if needed), check and return the directory whose ``clang-linker-wrapper`` runs ``offload-link``."""
     python = os.path.abspath(sys.executable)
-    directory = os.path.join(_cache_root(), "link-shim-" + hashlib.sha256(python.encode()).hexdigest()[:12])
-    script = os.path.join(directory, WRAPPER_NAME)
+    directory = private_directory(_shim_root() / ("link-shim-" + hashlib.sha256(python.encode()).hexdigest()[:12]))
+    script = directory / WRAPPER_NAME
     text = f"#!/bin/sh\nexec {shlex.quote(python)} -m offload_builders.cli.link \"$@\"\n"
-    try:
-        with open(script) as f:
-            if f.read() == text:
-                return directory
-    except OSError:
-        pass
-    os.makedirs(directory, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=f".{WRAPPER_NAME}.", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(partial, 0o755)
-    os.replace(partial, script)
-    return directory
+    if trusted_file_text(script) != text or not os.access(script, os.X_OK):
+        replace_private_file(script, text, 0o700)
+    return str(directory)
 
 
 def link_args() -> list[str]:
