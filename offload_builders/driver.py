@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -138,7 +139,29 @@ class BoundCommand:
 
 def parse_driver_jobs(text: str) -> list[list[str]]:
     """Split ``clang -###`` output into one argv per job (job lines start with a space and a quote)."""
-    return [shlex.split(line) for line in text.splitlines() if line.startswith(' "')]
+    return [_job_words(line) for line in text.splitlines() if line.startswith(' "')]
+
+
+#: One word as ``clang -###`` prints it (``llvm::sys::printArg``): in double quotes, with ``"``, ``\`` and ``$``
+#: escaped by a backslash.
+_PRINTED_WORD = re.compile(r' "((?:[^"\\]|\\.)*)"', re.DOTALL)
+_PRINTED_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _job_words(line: str) -> list[str]:
+    """A job line's words exactly as the driver would pass them. Not ``shlex.split``: in double quotes it keeps
+    the backslash of ``\\$``, so a ``$`` in the project's path (``-fdebug-compilation-dir=``) or in a flag
+    became ``\\$``, a word the job never had. A line in another form falls back to ``shlex.split``."""
+    words, end = [], 0
+    for match in _PRINTED_WORD.finditer(line):
+        if match.start() != end:
+            break
+        words.append(_PRINTED_ESCAPE.sub(r"\1", match.group(1)))
+        end = match.end()
+    else:
+        if not line[end:].strip():
+            return words
+    return shlex.split(line)
 
 
 def value_after(argv: Sequence[str], flag: str) -> str | None:

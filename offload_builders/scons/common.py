@@ -18,6 +18,7 @@ import gc
 import hashlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ from offload_builders.content_records import ContentRecords
 from offload_builders.driver import BoundCommand, memoized, portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
-from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
+from offload_builders.targets import TargetID, offload_arch_words, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
 
 #: Driver flags that only change how the compiler runs, never what it produces: kept out of signatures.
@@ -116,7 +117,10 @@ def selected_targets(env) -> tuple[TargetID, ...]:
     value = env.get("OFFLOAD_ARCHS")
     if isinstance(value, str):
         value = env.subst(value)
-    words = value if isinstance(value, str) else tuple(str(word) for word in SCons.Util.flatten(value))
+    try:
+        words = offload_arch_words(value)
+    except OffloadError as error:
+        raise user_error(error) from None
     return _parsed_archs(words)
 
 
@@ -463,6 +467,10 @@ def own_outputs(env, nodes, scratch_suffixes: Sequence[str] = ()) -> None:
     nodes calls this for them (rather than giving their builders an emitter: SCons makes each builder
     call with an emitter look its nodes up twice)."""
     freeze_declared_graph()
+    try:
+        leftovers.check_partial_suffix(word_value(env, "OFFLOAD_PARTIAL_SUFFIX"))
+    except OffloadError as error:
+        raise user_error(error) from None
     if SCons.Script.GetOption("clean"):
         suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
         for node in nodes:
@@ -647,10 +655,24 @@ class PhaseCommandAction(CachingLazyAction):
 
     def execute(self, target, source, env, executor=None):
         """With SCons' own POSIX ``$SPAWN``, run the rendered argv without ``sh -c``: it is an argv list
-        from the driver, never shell syntax, and the shell's start costs about 1 ms a node."""
-        if env.get("SPAWN") is _SHELL_SPAWN and self.renderer(env) is not None:
-            env = env.Override({"SPAWN": _spawn_argv, "ESCAPE": str})
+        from the driver, never shell syntax, and the shell's start costs about 1 ms a node. Only words of the
+        user's own flags written for the shell (:func:`_user_shell_words`) ever reach one; any other value of
+        the variable takes SCons' path, its words quoted by :class:`_Escape` (SCons' own leaves backticks active)."""
+        renderer = self.renderer(env)
+        if renderer is not None and env.get("SPAWN") is _SHELL_SPAWN:
+            words = self._shell_words(renderer, target, source, env, executor)
+            env = env.Override({"SPAWN": functools.partial(_spawn_argv, shell_words=words), "ESCAPE": str})
+        elif env.get("ESCAPE") is _SHELL_ESCAPE:
+            env = env.Override({"ESCAPE": _Escape(env, executor.get_all_targets() if executor else target, source)})
         return super().execute(target, source, env, executor)
+
+    def _shell_words(self, renderer: Renderer, target, source, env, executor) -> frozenset[str]:
+        """:func:`_user_shell_words` for a node whose rendered words hold something a shell acts on, else none
+        (the usual case: the user's flags are not read at all)."""
+        words = self._render(renderer, target, source, env, executor, False)
+        if not any(_SHELL_ACTIVE.search(word) for word in words):
+            return frozenset()
+        return _user_shell_words(env, executor.get_all_targets() if executor else target, source)
 
     def get_presig(self, target, source, env, executor=None):
         renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
@@ -682,10 +704,12 @@ class _DeviceLinkCommandAction(PhaseCommandAction):
     still reach the terminal as they come; they are kept to be read once it fails."""
 
     def execute(self, target, source, env, executor=None):
-        if env.get("SPAWN") is not _SHELL_SPAWN or self.renderer(env) is None:
+        renderer = self.renderer(env)
+        if env.get("SPAWN") is not _SHELL_SPAWN or renderer is None:
             return super().execute(target, source, env, executor)
         messages: list[str] = []
-        spawn = functools.partial(_spawn_keeping_stderr, messages, _inputs_dir(env, target[0]) if target else None)
+        spawn = functools.partial(_spawn_keeping_stderr, messages, _inputs_dir(env, target[0]) if target else None,
+                                  shell_words=self._shell_words(renderer, target, source, env, executor))
         env = env.Override({"SPAWN": spawn, "ESCAPE": str})
         status = super().execute(target, source, env, executor)
         if status and messages:
@@ -701,17 +725,101 @@ class _DeviceLinkCommandAction(PhaseCommandAction):
 #: What a POSIX shell acts on in a word as SCons passes it (bare, or in "..." when it holds a space).
 _SHELL_ACTIVE = re.compile(r"""[\\"'$`*?\[~#;&|<>()\n]""")
 
+#: SCons' own ``$ESCAPE`` on POSIX. It puts a literal word in double quotes with only ``\``, ``"`` and ``$``
+#: escaped, where a backtick still runs a command: our actions replace it (:func:`_quote_word`).
+_SHELL_ESCAPE = SCons.Platform.posix.escape
+
+
+def _user_shell_words(env, target, source) -> frozenset[str]:
+    """The words of the user's own flags that SCons' ``$CCCOM`` would hand a shell to read, and the values a
+    driver job repeats them as (``-DV=\\"1\\"`` becomes ``-D`` ``V=\\"1\\"`` in a ``-cc1`` line).
+
+    The user's flags are every ``*FLAGS`` variable of theirs (``{target: flags}`` tables included) and the
+    defines; a word counts where SCons would not quote it (it is not literal) and a shell would change it.
+    Words that the tool or the driver made (paths, the top directory in ``-fdebug-compilation-dir=``) are not
+    among them: they must reach the program as they are, whatever the project's path holds."""
+    names = ["_CPPDEFFLAGS"]
+    tables: list[Any] = []
+    for name, value in env.Dictionary().items():
+        if not name.endswith("FLAGS") or name.startswith("_"):
+            continue
+        if isinstance(value, dict):
+            tables.extend(flags for flags in value.values() if flags)
+        else:
+            names.append(name)
+    lines = env.subst_list(" ".join(f"${name}" for name in names), SCons.Subst.SUBST_CMD, target=target,
+                           source=source)
+    for flags in tables:
+        lines += env.subst_list(flags, SCons.Subst.SUBST_CMD, target=target, source=source)
+    words: set[str] = set()
+    for line in lines:
+        for word in line:
+            text = str(word)
+            if _SHELL_ACTIVE.search(text) and not getattr(word, "is_literal", lambda: False)():
+                words.update((text, *_option_values(text)))
+    return frozenset(words)
+
+
+def _option_values(word: str) -> list[str]:
+    """What a driver job may repeat of a flag: the value of a one-letter option (``V=1`` of ``-DV=1``, as
+    ``-D V=1`` in a ``-cc1`` line), and that of an ``-f...=`` option (``-ffile-prefix-map=V`` becomes
+    ``-fdebug-prefix-map=V``)."""
+    values = []
+    if len(word) > 2 and word[0] == "-" and word[1].isalpha():
+        values.append(word[2:])
+    if word.startswith("-f") and "=" in word:
+        values.append(word.split("=", 1)[1])
+    return values
+
+
+def _from_user(word: str, shell_words: frozenset[str]) -> bool:
+    """Whether ``word`` of a command is one of the user's words for the shell, or one's value under the same
+    or another option."""
+    return word in shell_words or any(value in shell_words for value in _option_values(word))
+
+
+def _quote_word(word: str, shell_words: frozenset[str] = frozenset()) -> str:
+    """``word`` for a shell command line: the user's own words for the shell as SCons passes them (in double
+    quotes where they hold a space, so the shell reads the rest), any other word quoted so that the shell
+    passes it unchanged."""
+    word = str(word)
+    if _from_user(word, shell_words):
+        return SCons.Subst.quote_spaces(word)
+    return shlex.quote(word)
+
+
+class _Escape:
+    """``$ESCAPE`` for one command that SCons' own path runs (a wrapped phase command): :func:`_quote_word`,
+    the user's words read only once a word holds something a shell acts on."""
+
+    def __init__(self, env, target, source) -> None:
+        self._env, self._target, self._source = env, target, source
+        self._shell_words: frozenset[str] | None = None
+
+    def __call__(self, word) -> str:
+        text = str(word)
+        if _SHELL_ACTIVE.search(text) is None:
+            return shlex.quote(text)
+        if self._shell_words is None:
+            self._shell_words = _user_shell_words(self._env, self._target, self._source)
+        return _quote_word(text, self._shell_words)
+
+
+def _command(shell: str, args: Sequence[str], shell_words: frozenset[str]) -> list[str]:
+    """The argv that runs ``args``: themselves, or ``sh -c`` where one of the user's words needs the shell."""
+    if not any(_SHELL_ACTIVE.search(arg) and _from_user(arg, shell_words) for arg in args):
+        return list(args)
+    return [shell, "-c", " ".join(_quote_word(arg, shell_words) for arg in args)]
+
 
 def _spawn_keeping_stderr(messages: list[str], scratch: str | None, shell: str, escape, command: str, args: list[str],
-                          environ: dict[str, str]) -> int:
+                          environ: dict[str, str], shell_words: frozenset[str] = frozenset()) -> int:
     """Like :func:`_spawn_argv`, with the command's standard error passed on and appended to ``messages``, and
     its ``$TMPDIR`` a directory of its own inside ``scratch`` (the device link's unpacked inputs)."""
-    argv = list(args)
-    if any(_SHELL_ACTIVE.search(arg) for arg in args):
-        argv = [shell, "-c", " ".join(SCons.Subst.quote_spaces(arg) for arg in args)]
     try:
         with leftovers.private_tmpdir(environ, scratch) as private:
-            done = subprocess.run(argv, env=private, stderr=subprocess.PIPE, close_fds=True, check=False)
+            done = subprocess.run(_command(shell, args, shell_words), env=private, stderr=subprocess.PIPE,
+                                  close_fds=True, check=False)
     except OSError as error:
         print(f"{args[0]}: {error.strerror}", file=sys.stderr)
         return 127 if error.errno == errno.ENOENT else 126
@@ -723,15 +831,16 @@ def _spawn_keeping_stderr(messages: list[str], scratch: str | None, shell: str, 
     return done.returncode
 
 
-def _spawn_argv(shell: str, escape, command: str, args: list[str], environ: dict[str, str]) -> int:
+def _spawn_argv(shell: str, escape, command: str, args: list[str], environ: dict[str, str],
+                shell_words: frozenset[str] = frozenset()) -> int:
     """``$SPAWN`` for argv that needs no shell; the exit status ``sh`` would give for a missing program.
 
-    Words that the shell would change still go through it, as SCons would pass them: users write flags
-    for the shell (``CPPDEFINES=[("V", '\\\\"1.0\\\\"')]`` relies on it to drop the backslashes)."""
-    if any(_SHELL_ACTIVE.search(arg) for arg in args):
-        return _SHELL_SPAWN(shell, escape, command, [SCons.Subst.quote_spaces(arg) for arg in args], environ)
+    Only the user's own words for the shell (``shell_words``, see :func:`_user_shell_words`) send it through
+    one, every other word quoted for it: users write flags for the shell (``CPPDEFINES=[("V",
+    '\\\\"1.0\\\\"')]`` relies on it to drop the backslashes), while a word the tool or the driver made
+    (``-fdebug-compilation-dir=`` with a project path holding a backtick or a ``"``) is never shell syntax."""
     try:
-        return SCons.Platform.posix.exec_subprocess(list(args), environ)
+        return SCons.Platform.posix.exec_subprocess(_command(shell, args, shell_words), environ)
     except OSError as error:
         print(f"{args[0]}: {error.strerror}", file=sys.stderr)
         return 127 if error.errno == errno.ENOENT else 126
@@ -754,7 +863,10 @@ class HostLinkAction(SCons.Action.LazyAction):
                 target, source = executor.get_all_targets(), executor.get_all_sources()
             lines = self.process(target, [SCons.Action.rfile(node) for node in source], env, executor)[0]
             if len(lines) == 1 and not any(_for_the_shell(word) for word in lines[0]):
-                env = env.Override({"SPAWN": functools.partial(_spawn_link_job, cache), "ESCAPE": str})
+                return super().execute(target, source, env.Override(
+                    {"SPAWN": functools.partial(_spawn_link_job, cache), "ESCAPE": str}), executor)
+        if env.get("ESCAPE") is _SHELL_ESCAPE:  # its literal words (file names) as they are, backticks too
+            env = env.Override({"ESCAPE": _quote_word})
         return super().execute(target, source, env, executor)
 
 
