@@ -13,7 +13,8 @@ tool can make one node per target and the ``offload-link`` CLI can run the same 
   changes, so library order does not matter; compatible AMDGPU target IDs and ``generic`` join the group;
 * :func:`device_link_command` is the ``clang`` command the wrapper runs for one target;
 * :func:`check_entries` reports objects that have offload entries but no device code for a target, the
-  case in which a Clang-linked program crashes at run time.
+  case in which a Clang-linked program crashes at run time; archive members count where the host linker
+  takes them (:meth:`ScannedInputs.linked_members`), and thin archives are read as it reads them.
 
 Device files travel between the extract and device-link steps as a *device input file*: the selected
 offload binaries, concatenated byte for byte. It is deterministic, so an unchanged target's device link
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +40,8 @@ from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
 if TYPE_CHECKING:  # the format readers load when a link step reads a file, not with the SCons tool
-    from offload_builders.formats.containers import ContainerKind, FoundBinary
+    from offload_builders.formats.containers import ContainerKind, FoundBinary, StoredMember
+    from offload_builders.formats.elf import ElfSections
     from offload_builders.formats.offload_binary import OffloadBinary
 
 #: (triple, arch) as a packager image names it; the grouping key of the device link.
@@ -102,15 +105,27 @@ class LinkInput:
 
 @dataclass
 class InputObject:
-    """What a regular (non-archive) input contributes: its binaries and its non-empty entry sections."""
+    """What a regular (non-archive) input contributes: its binaries and its non-empty entry sections. For an
+    archive member the host link takes (:meth:`ScannedInputs.linked_members`), ``path`` is ``lib.a(x.o)``
+    and ``member`` says where its bytes are."""
 
     path: str
     binaries: list[FoundBinary]
     entry_sections: frozenset[str] = frozenset()
+    member: StoredMember | None = None
 
     def registers_entries(self, sections: Sequence[str] = ENTRY_SECTIONS) -> bool:
         """Whether it registers kernels or globals through one of ``sections``."""
         return not self.entry_sections.isdisjoint(sections)
+
+
+@dataclass
+class _ScannedArchive:
+    """An archive input that may hold offload code: its members (as the host linker reads them) with their
+    binaries, for :meth:`ScannedInputs.linked_members`."""
+
+    members: list[tuple[StoredMember, list[FoundBinary]]]
+    whole: bool
 
 
 @dataclass
@@ -119,6 +134,11 @@ class ScannedInputs:
 
     objects: list[InputObject] = field(default_factory=list)
     archive_members: list[FoundBinary] = field(default_factory=list)  # lazily extracted
+    #: Inputs the host linker reads symbols from (ELF relocatable and bitcode files) and archives that may hold
+    #: offload code: what :meth:`linked_members` needs, read only when a member registers entries.
+    host_objects: list[str] = field(default_factory=list, repr=False)
+    archives: list[_ScannedArchive] = field(default_factory=list, repr=False)
+    _linked: list[InputObject] | None = field(default=None, repr=False, compare=False)
 
     @property
     def regular(self) -> list[FoundBinary]:
@@ -131,14 +151,30 @@ class ScannedInputs:
             seen.setdefault(_key(found.binary), None)
         return list(seen)
 
+    def linked_members(self) -> list[InputObject]:
+        """The archive members that register offload entries and that the host link takes: every member of a
+        ``--whole-archive`` archive, and the members that define a symbol still undefined (ld.lld's rule,
+        library order aside), so the entry checks cover the code a library brings into the program."""
+        if self._linked is None:
+            self._linked = _linked_members(self)
+        return self._linked
+
 
 def _key(binary: OffloadBinary) -> GroupKey:
     return binary.triple, binary.arch
 
 
 def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
-    """Find the offload binaries of the link inputs. Missing files are the host linker's business."""
-    from offload_builders.formats.containers import ContainerKind, extract_offload_binaries, identify
+    """Find the offload binaries of the link inputs. Missing files are the host linker's business; a thin
+    archive's members are read from the files they name, as the host linker reads them (one whose file is
+    missing is an error naming the archive and the member)."""
+    from offload_builders.formats.containers import (
+        ContainerKind,
+        archive_members,
+        extract_member_binaries,
+        extract_offload_binaries,
+        identify,
+    )
     scanned = ScannedInputs()
     archives_seen: set[tuple[str, bool]] = set()
     for item in inputs:
@@ -150,22 +186,31 @@ def scan_link_inputs(inputs: Iterable[LinkInput | str]) -> ScannedInputs:
             continue  # an archive named again (the driver's "-lgcc ... -lgcc"): its members are in already
         with open(path, "rb") as f:
             kind = identify(f.read(64))
-        if kind is ContainerKind.ELF_SHARED_OBJECT or not _may_hold_offload_code(path):
+        if kind in (ContainerKind.ELF_RELOCATABLE, ContainerKind.BITCODE):
+            scanned.host_objects.append(path)
+        if kind is ContainerKind.ELF_SHARED_OBJECT or not _may_hold_offload_code(path, kind):
             continue
-        found = extract_offload_binaries(path, include_shared_objects=False)
-        archive = kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE)
-        if archive:
+        if kind in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE):
             archives_seen.add(seen)
-        if archive and not link_input.whole_archive:
-            scanned.archive_members.extend(found)
-        elif archive:
-            scanned.objects.append(InputObject(path, found))
+            members = [(member, extract_member_binaries(member, include_shared_objects=False))
+                       for member in archive_members(path)]
+            scanned.archives.append(_ScannedArchive(members, link_input.whole_archive))
+            found = [binary for _, binaries in members for binary in binaries]
+            if link_input.whole_archive:
+                scanned.objects.append(InputObject(path, found))
+            else:
+                scanned.archive_members.extend(found)
         else:
+            found = extract_offload_binaries(path, include_shared_objects=False)
             scanned.objects.append(InputObject(path, found, _entry_sections(path, kind)))
     return scanned
 
 
-_OFFLOAD_MARKERS = (b".llvm.offloading", b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
+#: Bytes every file with offload code or offload entries holds: the section names (``omp_offloading_entries``,
+#: ``hip_offloading_entries``, ``llvm_offload_entries``: an object that registers entries and has lost its
+#: device code must still be seen, to be reported) and the bitcode magics.
+_OFFLOAD_MARKERS = (b".llvm.offloading", b"offloading_entries", b"llvm_offload_entries", b"BC\xc0\xde",
+                    b"\xde\xc0\x17\x0b")
 
 
 #: Files at least this large that hold no offload code are remembered per user (by path, size and
@@ -173,12 +218,26 @@ _OFFLOAD_MARKERS = (b".llvm.offloading", b"BC\xc0\xde", b"\xde\xc0\x17\x0b")
 _REMEMBERED_SIZE = 1 << 20
 
 
-def _may_hold_offload_code(path: str) -> bool:
+def _content_files(path: str, kind: ContainerKind) -> list[str]:
+    """The files holding the bytes of the link input ``path``: itself, or a thin archive's member files (the
+    archive holds only their names and symbol table)."""
+    from offload_builders.formats.containers import ContainerKind, archive_members
+    if kind is ContainerKind.THIN_ARCHIVE:
+        return [member.file for member in archive_members(path)]
+    return [path]
+
+
+def _may_hold_offload_code(path: str, kind: ContainerKind) -> bool:
     """A quick byte search that rules out most host libraries (libgcc.a has hundreds of members).
 
-    An ELF file with offload data names its ``.llvm.offloading`` section in its string table; bitcode may
-    encode the name in ways a byte search cannot see, so any file holding bitcode is scanned in full.
+    An ELF file with offload data names its ``.llvm.offloading`` section (and its entry sections) in its
+    string table; bitcode may encode the name in ways a byte search cannot see, so any file holding bitcode is
+    scanned in full. A thin archive is searched in its members' files.
     """
+    return any(_file_may_hold_offload_code(file) for file in _content_files(path, kind))
+
+
+def _file_may_hold_offload_code(path: str) -> bool:
     with open(path, "rb") as f:
         status = os.fstat(f.fileno())
         if status.st_size == 0:
@@ -188,7 +247,7 @@ def _may_hold_offload_code(path: str) -> bool:
             from offload_builders.toolchain import user_cache
 
             cache = user_cache("host-libraries.json", max_entries=256)
-            key = json.dumps(["no-offload-code-v1", os.path.realpath(path), status.st_size, status.st_mtime_ns])
+            key = json.dumps(["no-offload-code-v2", os.path.realpath(path), status.st_size, status.st_mtime_ns])
             if cache is not None and cache.get(key) == ():
                 return False
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:  # large libraries stay out of memory
@@ -206,8 +265,100 @@ def _entry_sections(path: str, kind: ContainerKind) -> frozenset[str]:
         return frozenset()
     with open(path, "rb") as f:
         table = read_sections(file_reader(f.fileno()), os.fstat(f.fileno()).st_size, path=path)
+    return _nonempty_entry_sections(table)
+
+
+def _nonempty_entry_sections(table: ElfSections) -> frozenset[str]:
     return frozenset(section.name for section in table.sections
                      if section.name in _KNOWN_ENTRY_SECTIONS and section.sh_size > 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The archive members the host link takes.
+
+
+@dataclass
+class _HostFile:
+    """A file (or archive member) as the host linker sees it: its entry sections and global symbols."""
+
+    entry_sections: frozenset[str]
+    symbols: list[DeviceSymbol]
+
+
+def _read_host_file(file: str, offset: int, size: int, label: str, *, symbols: bool) -> _HostFile:
+    """The entry sections of an ELF relocatable object at ``[offset, offset + size)`` of ``file`` and, if asked,
+    the global symbols of it or of a bitcode file (``-flto``); nothing for anything else."""
+    from offload_builders.formats.containers import ContainerKind, identify
+    from offload_builders.formats.elf import (
+        STB_LOCAL,
+        STB_WEAK,
+        STT_FILE,
+        STT_SECTION,
+        file_reader,
+        read_sections,
+        read_symbols,
+    )
+    with open(file, "rb") as f:
+        kind = identify(os.pread(f.fileno(), min(size, 64), offset))
+        if kind is ContainerKind.BITCODE:
+            return _HostFile(frozenset(), _bitcode_symbols(os.pread(f.fileno(), size, offset), label) if symbols
+                             else [])
+        if kind is not ContainerKind.ELF_RELOCATABLE:
+            return _HostFile(frozenset(), [])
+        reader = file_reader(f.fileno(), offset)
+        table = read_sections(reader, size, path=label, base=offset)
+        found = read_symbols(reader, size, table, path=label, base=offset) if symbols else []
+    return _HostFile(_nonempty_entry_sections(table),
+                     [DeviceSymbol(sym.name.decode("utf-8", "surrogateescape"), sym.undefined,
+                                   sym.binding == STB_WEAK, False)
+                      for sym in found if sym.binding != STB_LOCAL and sym.name
+                      and sym.symbol_type not in (STT_SECTION, STT_FILE)])
+
+
+def _linked_members(scanned: ScannedInputs) -> list[InputObject]:
+    """:meth:`ScannedInputs.linked_members`: nothing is read beyond section tables unless a member registers
+    entries. Members of archives without offload code (libgcc.a) are not read: their references are left out,
+    so a member only such a library needs is not checked (never one the link does not take)."""
+    members = []
+    for archive in scanned.archives:
+        for member, binaries in archive.members:
+            sections = _read_host_file(member.file, member.offset, member.size, member.label,
+                                       symbols=False).entry_sections
+            members.append((member, binaries, archive.whole, sections))
+    if not any(sections for *_, sections in members):
+        return []
+    defined: set[str] = set()
+    wanted: set[str] = set()  # names some taken file references strongly (a weak reference extracts nothing)
+
+    def take(symbols: Sequence[DeviceSymbol]) -> None:
+        for symbol in symbols:
+            if not symbol.undefined:
+                defined.add(symbol.name)
+            elif not symbol.weak:
+                wanted.add(symbol.name)
+
+    for path in scanned.host_objects:
+        take(_read_host_file(path, 0, os.path.getsize(path), path, symbols=True).symbols)
+    pending = []
+    taken: list[InputObject] = []
+    for member, binaries, whole, sections in members:
+        symbols = _read_host_file(member.file, member.offset, member.size, member.label, symbols=True).symbols
+        if whole:
+            take(symbols)
+            taken.append(InputObject(member.label, binaries, sections, member))
+        else:
+            pending.append((member, binaries, sections, symbols))
+    progress = True
+    while progress:
+        progress = False
+        for item in list(pending):
+            member, binaries, sections, symbols = item
+            if any(not symbol.undefined and symbol.name in wanted and symbol.name not in defined for symbol in symbols):
+                take(symbols)
+                taken.append(InputObject(member.label, binaries, sections, member))
+                pending.remove(item)
+                progress = True
+    return [obj for obj in taken if obj.entry_sections]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -379,11 +530,12 @@ def group_device_files(scanned: ScannedInputs) -> dict[GroupKey, list[FoundBinar
 
 def objects_without_code(scanned: ScannedInputs, target: GroupKey,
                          sections: Sequence[str] = ENTRY_SECTIONS) -> list[InputObject]:
-    """Objects that register entries through ``sections`` but carry no device code for ``target``.
+    """Objects (and archive members the host link takes) that register entries through ``sections`` but
+    carry no device code for ``target``.
 
     Clang links such a program without complaint and it crashes (or silently falls back) at run time.
     """
-    return [obj for obj in scanned.objects
+    return [obj for obj in [*scanned.objects, *scanned.linked_members()]
             if obj.registers_entries(sections) and not any(belongs_to(_key(f.binary), target) for f in obj.binaries)]
 
 
@@ -394,25 +546,65 @@ def check_entries(scanned: ScannedInputs, target: GroupKey, label: str) -> list[
             for obj in objects_without_code(scanned, target)]
 
 
+def check_untargeted_entries(scanned: ScannedInputs) -> list[str]:
+    """A message naming the objects (and archive members the host link takes) with OpenMP offload entries, in a
+    link where no regular input has device code: Clang 19 takes an archive's device code only for the targets of
+    the regular inputs, so such a link gets no device image, and the program fails where it offloads."""
+    if scanned.keys():
+        return []
+    objects = [obj.path for obj in [*scanned.objects, *scanned.linked_members()] if obj.registers_entries()]
+    if not objects:
+        return []
+    more = f" (and {len(objects) - 2} more)" if len(objects) > 2 else ""
+    return [f"{', '.join(objects[:2])}{more}: offload entries, but no object of the link has device code, so no "
+            "device image is linked (a static library's device code is taken only for the targets the program's "
+            "own objects have): compile the program's objects with the same offload targets"]
+
+
+#: What a triple or an arch (a target ID) of an offload binary may hold to be linked: the characters LLVM's
+#: triples and target IDs use (``amdgcn-amd-amdhsa``, ``gfx90a:xnack+``, ``sm_90a``), a letter or digit
+#: first, and not more than any target name needs. Offload-link's file names are made of them.
+_TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:-]{0,127}")
+
+
+def check_target_names(scanned: ScannedInputs) -> list[str]:
+    """One message per device image of a regular input whose triple or arch is no target name (a ``/``, a
+    control character, 4 KB): no device link can be for it, and nothing may be named after it."""
+    problems: dict[GroupKey, str] = {}
+    for found in scanned.regular:
+        triple, arch = key = _key(found.binary)
+        for what, value in (("triple", triple), ("arch", arch)):
+            if key not in problems and (value or what == "triple") and not _TARGET_NAME.fullmatch(value):
+                shown = ascii(value[:64]) + (f" ({len(value)} characters)" if len(value) > 64 else "")
+                problems[key] = (f"{found.describe()}: the device image's {what} {shown} is not a target name "
+                                 "(letters, digits and '_.+:-' only, at most 128): a damaged or crafted input")
+    return list(problems.values())
+
+
 #: Clang 19 names the host's record of each registered kernel or global ``.offloading.entry.<name>``.
 _ENTRY_SYMBOL_PREFIX = b".offloading.entry."
 _ET_REL = 1
 
 
-def registered_entries(path: str) -> list[str]:
-    """The names of the OpenMP offload entries (kernels, globals) that the ELF relocatable object ``path``
-    registers, in order; [] for anything else (an archive, bitcode, a shared object)."""
+def registered_entries(path: str | InputObject) -> list[str]:
+    """The names of the OpenMP offload entries (kernels, globals) that the ELF relocatable object ``path`` (or
+    archive member, as :meth:`ScannedInputs.linked_members` gives it) registers, in order; [] for anything
+    else (an archive, bitcode, a shared object)."""
     from offload_builders.formats.elf import file_reader, read_sections, read_symbols
-    with open(path, "rb") as f:
-        if f.read(4) != b"\x7fELF":
+    member = path.member if isinstance(path, InputObject) else None
+    label = path.path if isinstance(path, InputObject) else path
+    file, start = (member.file, member.offset) if member is not None else (label, 0)
+    with open(file, "rb") as f:
+        if os.pread(f.fileno(), 4, start) != b"\x7fELF":
             return []
-        reader, size = file_reader(f.fileno()), os.fstat(f.fileno()).st_size
-        table = read_sections(reader, size, path=path)
+        reader = file_reader(f.fileno(), start)
+        size = member.size if member is not None else os.fstat(f.fileno()).st_size
+        table = read_sections(reader, size, path=label, base=start)
         entry_sections = {section.index for section in table.sections if section.name in ENTRY_SECTIONS}
         if table.e_type != _ET_REL or not entry_sections:
             return []
         return [symbol.name[len(_ENTRY_SYMBOL_PREFIX):].decode("utf-8", "surrogateescape")
-                for symbol in read_symbols(reader, size, table, path=path)
+                for symbol in read_symbols(reader, size, table, path=label, base=start)
                 if symbol.st_shndx in entry_sections and symbol.name.startswith(_ENTRY_SYMBOL_PREFIX)]
 
 
@@ -429,15 +621,18 @@ def defined_symbols(image: str) -> frozenset[str] | None:
                      if not symbol.undefined and symbol.binding != STB_LOCAL)  # the runtime finds global ones
 
 
-def missing_entries(objects: Sequence[str], images: Sequence[tuple[str, str]]) -> list[str]:
+def missing_entries(objects: Sequence[str | InputObject], images: Sequence[tuple[str, str]]) -> list[str]:
     """One message per (object, target) whose registered entries the target's linked image lacks.
 
+    ``objects`` are paths, or archive members the host link takes (:meth:`ScannedInputs.linked_members`).
     ``images`` holds (target label, image path); an empty image (no device code) is left to
     :func:`check_entries`. Clang links such a program, and it fails at run time (``Failed to load kernel``):
     the object and the device code come from compiles that saw different files (see
     :mod:`offload_builders.source_identity`) or different sources.
     """
-    entries = {path: names for path in objects if (names := registered_entries(path))}
+    from offload_builders.formats.containers import printable_name
+    entries = {(obj.path if isinstance(obj, InputObject) else obj): names
+               for obj in objects if (names := registered_entries(obj))}
     problems = []
     for label, image in images:
         if not entries or os.path.getsize(image) == 0 or (defined := defined_symbols(image)) is None:
@@ -446,9 +641,10 @@ def missing_entries(objects: Sequence[str], images: Sequence[tuple[str, str]]) -
             absent = [name for name in names if name not in defined]
             if absent:
                 more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
-                problems.append(f"{path}: registers the offload entry {absent[0]}{more}, which the {label} device "
-                                f"image {image} does not define: the object and that device code were compiled "
-                                f"from different files (was a source replaced while the build ran?); build again")
+                problems.append(f"{path}: registers the offload entry {printable_name(absent[0])}{more}, which the "
+                                f"{label} device image {image} does not define: the object and that device code were "
+                                "compiled from different files (was a source replaced while the build ran?); build "
+                                "again")
     return problems
 
 
@@ -481,16 +677,34 @@ def unpack_device_inputs(path: str | os.PathLike[str], directory: str | os.PathL
     """Write each image of a device input file to ``directory/NNN.o`` and return the paths, in order.
 
     Every image is named ``.o`` because the driver links ``.o`` files by content (ELF or bitcode), while
-    it would compile a ``.bc`` file first.
+    it would compile a ``.bc`` file first. The names are indices, never the images' own names, and each file
+    is created anew in the directory, which must be one (not a symbolic link): whatever stood there before,
+    a symbolic link included, is replaced rather than followed.
     """
     os.makedirs(directory, exist_ok=True)
+    binaries = read_device_inputs(path)
     paths = []
-    for index, binary in enumerate(read_device_inputs(path)):
-        out = os.path.join(os.fspath(directory), f"{index:03d}.o")
-        with open(out, "wb") as f:
-            binary.copy_image(f, os.fspath(path))
-        paths.append(out)
+    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for index, binary in enumerate(binaries):
+            name = f"{index:03d}.o"
+            with os.fdopen(_create_new_file(name, directory_fd), "wb") as f:
+                binary.copy_image(f, os.fspath(path))
+            paths.append(os.path.join(os.fspath(directory), name))
+    finally:
+        os.close(directory_fd)
     return paths
+
+
+def _create_new_file(name: str, directory_fd: int) -> int:
+    """``name`` in the directory ``directory_fd`` created for writing, never through a symbolic link: what is
+    there (a leftover of a killed run, or a link planted to redirect the write) is removed first."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags, 0o666, dir_fd=directory_fd)
+    except FileExistsError:
+        os.unlink(name, dir_fd=directory_fd)
+        return os.open(name, flags, 0o666, dir_fd=directory_fd)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -584,7 +798,8 @@ def offload_kinds(paths: Iterable[str], llvm_version: int) -> frozenset[str]:
     """The offload kinds the host link inputs ``paths`` (objects, archives) carry code of: the kinds of their
     offload binaries (``openmp``, ``hip``: what ``clang-linker-wrapper`` registers), plus ``hip`` for a plain
     HIP object, which has no offload binary but a fat binary registering itself (found by its section's
-    name, as :func:`_may_hold_offload_code` finds ``.llvm.offloading``; thin archives' members are not read)."""
+    name, as :func:`_may_hold_offload_code` finds ``.llvm.offloading``; a thin archive's in its members' files)."""
+    from offload_builders.formats.containers import identify
     kinds: set[str] = set()
     existing = [path for path in paths if os.path.isfile(path)]
     scanned = scan_link_inputs(existing)
@@ -595,12 +810,18 @@ def offload_kinds(paths: Iterable[str], llvm_version: int) -> frozenset[str]:
         if "hip" in kinds:
             break
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                continue
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                if data.find(HIP_FATBIN_SEGMENT) >= 0:
-                    kinds.add("hip")
+            kind = identify(f.read(64))
+        if any(_holds_hip_fatbin_segment(file) for file in _content_files(path, kind)):
+            kinds.add("hip")
     return frozenset(kinds)
+
+
+def _holds_hip_fatbin_segment(path: str) -> bool:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(HIP_FATBIN_SEGMENT) >= 0
 
 
 def device_input_kinds(path: str | os.PathLike[str], llvm_version: int) -> frozenset[str]:
@@ -634,6 +855,8 @@ __all__ = [
     "ScannedInputs",
     "belongs_to",
     "check_entries",
+    "check_target_names",
+    "check_untargeted_entries",
     "defined_symbols",
     "device_link_command",
     "device_link_opt_flag",

@@ -14,6 +14,13 @@ code ``OffloadProgram``'s wrap node runs (OpenMP images with libomptarget, CUDA'
 binary, HIP's code objects in a fat binary; no Clang process), and the wrapper object is put right after
 ``-o <output>`` on the host link, as the wrapper does. The runtimes those registrations call come with the
 linker arguments, as for the wrapper. Errors are one line, exit 1.
+
+The inputs are data, not names: each target's files are called ``<output>.<triple>.<arch>`` only once
+:func:`~offload_builders.linking.check_target_names` has found the offload binaries' triples and arches to be
+target names (one with ``/``, a control character or 4 KB stops the link before anything is written), and the
+device files unpacked for a device link are numbered. Thin archives are read as the host linker reads them, and
+the entry checks cover the archive members it takes, so no program links without the device code its entries
+name.
 """
 from __future__ import annotations
 
@@ -30,9 +37,11 @@ from typing import TYPE_CHECKING
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
 from offload_builders.cli.options import APPEND, FLAG_ANY, Option, Parser
+from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.leftovers import private_tmpdir
 
 if TYPE_CHECKING:
+    from offload_builders import linking
     from offload_builders.formats.compressed import CompressionOptions
 
 PROG = "offload-link"
@@ -295,19 +304,26 @@ def _link(opts: _Options) -> int:
     output = opts.output or "a.out"
     inputs = link_inputs(opts.linker_args)
     scanned = linking.scan_link_inputs(inputs)
+    # Names from the inputs become file names below: refused before anything is written, if not target names.
+    problems = linking.check_target_names(scanned)
+    if problems:
+        raise linking.LinkError("; ".join(problems))
     groups = {key: files for key, files in linking.group_device_files(scanned).items() if files}
+    # As the SCons tool: objects, and archive members the host link takes, whose entries lack device code.
     problems = [p for key in groups for p in linking.check_entries(scanned, key, key[1] or key[0])]
+    problems += linking.check_untargeted_entries(scanned)
     if problems:
         raise linking.LinkError(problems[0] if len(problems) == 1 else "; ".join(problems))
 
     temp_root = (os.path.dirname(os.path.abspath(output)) if opts.save_temps
                  else tempfile.mkdtemp(prefix="offload-link-"))
     stem = os.path.basename(output)
+    names = _target_file_names(stem, list(groups))
     try:
         jobs = []
         image_inputs: list[tuple[linking.GroupKey, str, str]] = []  # (group, image, its device input file)
         for key, files in groups.items():
-            base = os.path.join(temp_root, f"{stem}.{key[0]}.{key[1] or 'native'}".replace(":", "_"))
+            base = os.path.join(temp_root, names[key])
             device_inputs = base + ".devin"
             linking.write_device_inputs(files, device_inputs)
             paths = linking.unpack_device_inputs(device_inputs, base + ".inputs")
@@ -341,7 +357,8 @@ def _link(opts: _Options) -> int:
         # One object registering each image once per offload kind of its device files (none without any).
         wrapper: str | None = os.path.join(temp_root, f"{stem}.offload.wrapper.o") if jobs else None
         if not opts.dry_run and wrapper is not None:
-            objects = [item.path for item in inputs if os.path.isfile(item.path)]
+            objects: list[str | linking.InputObject] = [item.path for item in inputs if os.path.isfile(item.path)]
+            objects += scanned.linked_members()
             problems = linking.missing_entries(objects, [(key[1] or key[0], image) for key, image, _ in jobs])
             if problems:
                 raise linking.LinkError("; ".join(problems))
@@ -351,8 +368,8 @@ def _link(opts: _Options) -> int:
             if data is None:
                 wrapper = None
             else:
-                with open(wrapper, "wb") as f:
-                    f.write(data)
+                with atomic_output(wrapper) as fd:  # a new file: a symbolic link in its place is not followed
+                    write_all(fd, data)
         host = [opts.linker_path or "ld.lld",
                 *(opts.linker_args if wrapper is None else _insert_after_output(opts.linker_args, wrapper))]
         if opts.dry_run:
@@ -363,6 +380,21 @@ def _link(opts: _Options) -> int:
         if not opts.save_temps:
             shutil.rmtree(temp_root, ignore_errors=True)
     return 0
+
+
+def _target_file_names(stem: str, keys: Sequence[linking.GroupKey]) -> dict[linking.GroupKey, str]:
+    """The name of each target's files (``<stem>.<triple>.<arch>``, ``:`` as ``_``; ``native`` for no arch),
+    made only of names :func:`linking.check_target_names` let through, and one per target: two keys that would
+    share a name (``t`` + ``d.x`` and ``t.d`` + ``x``) get a number after it."""
+    names: dict[linking.GroupKey, str] = {}
+    for triple, arch in keys:
+        name = base = f"{stem}.{triple}.{arch or 'native'}".replace(":", "_")
+        number = 0
+        while name in names.values():
+            number += 1
+            name = f"{base}.{number}"
+        names[triple, arch] = name
+    return names
 
 
 def _insert_after_output(args: Sequence[str], wrapper: str) -> list[str]:

@@ -7,7 +7,8 @@
 * an ELF relocatable object, executable or shared object: every section of type
   ``SHT_LLVM_OFFLOADING`` (``0x6fff4c0b``), found in the section table (:mod:`.elf`);
 * a COFF object (no section types there): every section whose name starts with ``.llvm.offloading``;
-* an ``ar`` archive (GNU, BSD or thin; nested archives too): every member, recursively;
+* an ``ar`` archive (GNU, BSD or thin; nested archives too): every member, recursively, a thin archive's
+  read from the files it names, relative to its directory, as the host linker reads them;
 * LLVM bitcode (a host object compiled with ``-flto``): each global named by the ``!llvm.embedded.objects``
   metadata with section string ``.llvm.offloading``, read through llvmlite (whose LLVM 22 reads the
   bitcode Clang 19 writes) in a child process, since damaged bitcode can make that LLVM abort, the
@@ -26,8 +27,10 @@ from __future__ import annotations
 import atexit
 import codecs
 import enum
+import errno
 import os
 import re
+import stat
 import struct
 import sys
 import threading
@@ -47,9 +50,13 @@ __all__ = [
     "ContainerKind",
     "FoundBinary",
     "Origin",
+    "StoredMember",
+    "archive_members",
     "archive_symbols",
+    "extract_member_binaries",
     "extract_offload_binaries",
     "identify",
+    "printable_name",
     "write_archive",
 ]
 
@@ -124,9 +131,9 @@ class Origin:
     def __str__(self) -> str:
         text = _label(self.file, self.members, self.display)
         if self.symbol is not None:
-            text += f": global @{self.symbol}"
+            text += f": global @{printable_name(self.symbol)}"
         if self.section is not None:
-            text += f": section {self.section}"
+            text += f": section {printable_name(self.section)}"
         return text
 
 
@@ -245,8 +252,14 @@ def _label(file: str, members: tuple[str, ...], display: str | None) -> str:
     """``lib.a(member.o)``: the file as the user named it, then the archive members, outermost first."""
     text = display if display is not None else file
     for member in members:
-        text += f"({member})"
+        text += f"({printable_name(member)})"
     return text
+
+
+def printable_name(name: str) -> str:
+    """A name read from a file (an archive member's, a symbol's), as messages show it: with a control character
+    (which could forge a line of output or drive the terminal) or an undecodable byte, escaped as Python does."""
+    return name if name.isprintable() else name.encode("unicode_escape", "backslashreplace").decode("ascii")
 
 
 def _with_path(binary: OffloadBinary, file: str) -> OffloadBinary:
@@ -360,18 +373,110 @@ def _iter_archive(f: BinaryIO, file: str, start: int, size: int, members: tuple[
 
 def _extract_archive(walk: _Walk, f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...],
                      display: str | None, depth: int, thin: bool) -> None:
+    for member in _archive_contents(f, file, start, size, members, display, thin):
+        _extract_member(walk, f, member, members, display, depth)
+
+
+@dataclass(frozen=True)
+class StoredMember:
+    """One member of an archive as the host linker reads it: ``size`` bytes at ``offset`` of ``file``, which
+    is the archive itself, or, in a thin archive, the file the member names."""
+
+    archive: str  # the archive's label, as the user named it (``lib.a``, or ``outer.a(lib.a)``)
+    name: str  # the member's name in the archive (a path, in a thin archive)
+    file: str
+    offset: int
+    size: int
+    thin: bool = False
+
+    @property
+    def label(self) -> str:
+        """``lib.a(x.o)``, as the linkers name a member in their messages."""
+        return f"{self.archive}({printable_name(self.name)})"
+
+
+def _archive_contents(f: BinaryIO, file: str, start: int, size: int, members: tuple[str, ...], display: str | None,
+                      thin: bool) -> list[StoredMember]:
+    """The members of the archive at ``[start, start + size)`` of ``file``, a thin one's resolved to its files."""
+    label = _label(file, members, display)
+    contents = []
     for name, header_offset, data_offset, length in list(_iter_archive(f, file, start, size, members, display, thin)):
         if thin:
-            target = name if os.path.isabs(name) else os.path.join(os.path.dirname(file), name)
-            try:
-                with open(target, "rb") as inner:
-                    inner_size = os.fstat(inner.fileno()).st_size
-                    _extract_region(walk, inner, target, 0, inner_size, (), None, depth + 1)
-            except FileNotFoundError:
-                raise OffloadFormatError(f"thin archive member {name!r} is missing",
-                                         path=_label(file, members, display), offset=header_offset) from None
-            continue
-        _extract_region(walk, f, file, data_offset, length, members + (name,), display, depth + 1)
+            target, length = _thin_member_file(file, name, label, header_offset)
+            contents.append(StoredMember(label, name, target, 0, length, thin=True))
+        else:
+            contents.append(StoredMember(label, name, file, data_offset, length))
+    return contents
+
+
+def _thin_member_file(archive: str, name: str, label: str, header_offset: int) -> tuple[str, int]:
+    """Where a thin archive's member is (LLVM's ``getFullName``: its path, relative to the archive's directory)
+    and its size; a member that is missing or no regular file is one error naming the archive and the member."""
+    target = name if os.path.isabs(name) else os.path.join(os.path.dirname(archive), name)
+    try:
+        with _open_regular(target) as f:
+            return target, os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        problem = f"is missing (no file {target!r})"
+    except OSError as exc:
+        problem = f"cannot be read ({target!r}: {exc.strerror})"
+    raise OffloadFormatError(f"thin archive member {name!r} {problem}", path=label, offset=header_offset)
+
+
+def _open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file: a FIFO or a device named by a thin archive would
+    block or never end (opened without blocking, then checked, so a file swapped in between is caught)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _extract_member(walk: _Walk, f: BinaryIO, member: StoredMember, members: tuple[str, ...], display: str | None,
+                    depth: int) -> None:
+    """The binaries of one member: a regular archive's in place in ``f`` (named after it), a thin one's in its file."""
+    if member.thin:
+        _extract_thin_member(walk, member, depth)
+    else:
+        _extract_region(walk, f, member.file, member.offset, member.size, members + (member.name,), display, depth + 1)
+
+
+def _extract_thin_member(walk: _Walk, member: StoredMember, depth: int) -> None:
+    try:
+        inner = _open_regular(member.file)
+    except OSError as exc:  # removed or replaced since it was listed
+        raise OffloadFormatError(f"thin archive member {member.name!r} cannot be read ({exc.strerror})",
+                                 path=member.archive) from None
+    with inner:
+        _extract_region(walk, inner, member.file, 0, os.fstat(inner.fileno()).st_size, (), None, depth + 1)
+
+
+def archive_members(path: str | os.PathLike[str]) -> list[StoredMember]:
+    """The members of the archive at ``path``, as the host linker reads them: a regular archive's in place, a
+    thin archive's in the files they name (relative to the archive's directory). Member archives are not
+    opened. Not an archive, a damaged one, or a thin member whose file is missing: OffloadFormatError."""
+    fspath = os.fspath(path)
+    with open(fspath, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        kind = identify(f.read(64))
+        if kind not in (ContainerKind.ARCHIVE, ContainerKind.THIN_ARCHIVE):
+            raise OffloadFormatError("not an archive (no !<arch> or !<thin> magic)", path=fspath, offset=0)
+        return _archive_contents(f, fspath, 0, size, (), None, kind is ContainerKind.THIN_ARCHIVE)
+
+
+def extract_member_binaries(member: StoredMember, *, include_shared_objects: bool = True) -> list[FoundBinary]:
+    """The offload binaries of one member that :func:`archive_members` listed, exactly as
+    :func:`extract_offload_binaries` finds them in the whole archive (so a caller can tell which member each
+    binary came from). Only for members of an archive named by its path (not one nested in another)."""
+    walk = _Walk(include_shared_objects)
+    if member.thin:
+        _extract_thin_member(walk, member, 0)
+    else:
+        with open(member.file, "rb") as f:
+            _extract_member(walk, f, member, (), None, 0)
+    return walk.results
 
 
 # --- LLVM bitcode ---------------------------------------------------------------------------------
