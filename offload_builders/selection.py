@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -516,13 +515,13 @@ def _code_object_version(head: bytes) -> int | None:
 
 
 def _payload_head(payload: Any, path: str, size: int = 64) -> bytes:
-    """The first bytes of a payload: read in place when they lie in ``path``, else copied out."""
+    """The first bytes of a payload: read in place when they lie in ``path``, else by the payload's own
+    :meth:`~offload_builders.formats.inspect.Payload.head` (a compressed bundle's entry: decompressed that
+    far, not whole)."""
     if payload.offset_in == "file" and os.path.realpath(payload.file) == os.path.realpath(path):
         with open(path, "rb") as f:
             return os.pread(f.fileno(), min(size, payload.size), payload.offset)
-    with tempfile.TemporaryFile(prefix="offload-select-") as spool:
-        payload.copy_to(spool.fileno())
-        return os.pread(spool.fileno(), size, 0)
+    return bytes(payload.head(size))
 
 
 def _image(kind: str, triple: str, target: str, image_kind: str, origin: str, index: int, entry_id: str,
@@ -539,19 +538,22 @@ def _image(kind: str, triple: str, target: str, image_kind: str, origin: str, in
     return Image(entry_id, kind, triple, target, image_kind, origin, index, reqs, cov, header, llvm_version)
 
 
-def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19, display: str | None = None) -> list[Module]:
+def modules_in(path: str | os.PathLike[str], *, llvm_version: int = 19, display: str | None = None,
+               notify: Callable[[str], None] | None = None) -> list[Module]:
     """Every registration unit of device images in the file at ``path`` (host entries are left out).
 
     ``display`` names the file in origins instead of ``path``. Uses
     :func:`offload_builders.formats.inspect.inspect_file`, so it reads whatever offload-inspect reads;
-    malformed content raises :class:`~offload_builders.errors.OffloadFormatError`.
+    malformed content raises :class:`~offload_builders.errors.OffloadFormatError`. Of a payload only the
+    first 64 bytes are read (for its ELF header; compressed bundles are decompressed no further); ``notify``
+    hears first where reading them means decompressing much.
     """
     from offload_builders.formats.inspect import inspect_file
 
     fspath = os.fspath(path)
     groups: dict[tuple[Any, ...], list[Image]] = {}
     origins: dict[tuple[Any, ...], str] = {}
-    with inspect_file(fspath, llvm_version=llvm_version, display=display) as inspection:
+    with inspect_file(fspath, llvm_version=llvm_version, display=display, notify=notify) as inspection:
         for p in inspection.payloads:
             place = (p.file, p.members, p.section, p.symbol)
             if p.format == "offload binary":

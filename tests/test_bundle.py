@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError
 from offload_builders.formats import bundle as B
-from offload_builders.formats.compressed import CompressionOptions, FileRegion
+from offload_builders.formats.compressed import CompressionOptions, FileRegion, Method
 
 WORKERS = 4
 HOST = "host-x86_64-unknown-linux-gnu"
@@ -661,3 +661,179 @@ def test_memory_stays_flat_with_a_256_mib_image(tmp_path, file_type):
     for small, large in zip(peaks[1], peaks[256]):
         assert large < 100
         assert large - small < 16, peaks
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded decompression: listing and selection read what they need, or say how much first
+# --------------------------------------------------------------------------------------------
+BOMB_DEVICE = "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"
+BOMB_IMAGE = 1 << 30
+#: The first 8 bytes of the MD5 of the bomb's 1 GiB bundle (computing it takes seconds; a reader that reaches
+#: the end of the stream checks it, so the bomb is a valid compressed bundle, not a damaged one).
+BOMB_MD5 = bytes.fromhex("d8c684d5e8dca40c")
+
+
+def _amdgpu_elf_head() -> bytes:
+    """The 64-byte header of an AMDGPU HSA code object v5 (what offload-select reads of an image)."""
+    ident = b"\x7fELF\x02\x01\x01" + bytes([64, 3]) + bytes(7)
+    return ident + struct.pack("<HHIQQQIHHHHHH", 3, 224, 1, 0, 0, 0, 0x30, 64, 0, 0, 64, 0, 0)
+
+
+def _ccob(pieces, total: int, digest: bytes) -> bytes:
+    """A CCOB v2 zstd bundle of the uncompressed bundle ``pieces`` (an iterable of bytes, ``total`` in all)."""
+    import zstandard
+
+    stream = zstandard.ZstdCompressor(level=1).compressobj(size=total)
+    payload = b"".join(stream.compress(piece) for piece in pieces) + stream.flush()
+    return struct.pack("<4sHHIIQ", b"CCOB", 2, 1, 24 + len(payload), total, struct.unpack("<Q", digest)[0]) + payload
+
+
+@pytest.fixture(scope="module")
+def zstd_bomb(tmp_path_factory) -> Path:
+    """A real bundle header (a host entry and a gfx90a code object) whose code object is 1 GiB: its ELF header
+    and then zeros; compressed, 33 KB."""
+    header, offsets, total = B.binary_layout([HOST + "-", BOMB_DEVICE], [4, BOMB_IMAGE], 4096)
+    prefix = (header + bytes(offsets[0] - len(header)) + b"host" + bytes(offsets[1] - offsets[0] - 4)
+              + _amdgpu_elf_head())
+    zeros = bytes(1 << 20)
+
+    def pieces():
+        yield prefix
+        left = total - len(prefix)
+        while left:
+            yield zeros[:min(left, len(zeros))]
+            left -= min(left, len(zeros))
+
+    path = tmp_path_factory.mktemp("bomb") / "bomb.ccob"
+    path.write_bytes(_ccob(pieces(), total, BOMB_MD5))
+    return path
+
+
+@pytest.fixture
+def decompressed(monkeypatch) -> list[int]:
+    """Counts every byte any decompressor of :mod:`~offload_builders.formats.compressed` puts out."""
+    from offload_builders.formats import compressed
+
+    count = [0]
+    real = compressed._decompressed_pieces
+
+    def counting(method, payload):
+        for piece in real(method, payload):
+            count[0] += len(piece)
+            yield piece
+
+    monkeypatch.setattr(compressed, "_decompressed_pieces", counting)
+    return count
+
+
+def _run_cli(main, args, capsys) -> tuple[int, str, str]:
+    status = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_a_zstd_bomb_is_listed_and_selected_from_its_header(zstd_bomb, decompressed, capsys):
+    """-list, offload-inspect and offload-select read the bundle header and the code object's ELF header: a few
+    MiB decompressed (whole CHUNKs) of the 1 GiB the 33 KB file declares, and no note (nothing large to say)."""
+    from offload_builders.cli import bundler, inspect as inspect_cli, select as select_cli
+
+    assert zstd_bomb.stat().st_size < 64 << 10
+    for main, args, expected in [
+        (bundler.main, ["-list", "-type=bc", f"-input={zstd_bomb}"], f"{BOMB_DEVICE}\n{HOST}-\n"),
+        (inspect_cli.main, [zstd_bomb], f"arch=gfx90a:xnack+ image=elf size={BOMB_IMAGE} "),
+        (inspect_cli.main, ["--json", zstd_bomb], '"uncompressed_size": 1073750016'),
+        (select_cli.main, ["--device=gfx90a:xnack+", zstd_bomb], f"{BOMB_DEVICE}\n"),
+        (select_cli.main, ["--device=gfx90a:xnack+", "--cov=4", zstd_bomb], ""),  # the ELF header says cov5
+    ]:
+        decompressed[0] = 0
+        status, out, err = _run_cli(main, args, capsys)
+        assert expected in out and err.count("note:") == 0, (args, out, err)
+        assert status == (1 if "--cov=4" in args else 0), (args, err)
+        assert decompressed[0] <= 4 << 20, (args, decompressed[0])
+    assert "needs cov4" in err or "cov5" in err, err
+
+
+def test_reading_everything_is_announced_first(tmp_path, decompressed, capsys, monkeypatch):
+    """Where the whole payload must be read (a compressed text bundle's entries are found by scanning it; an
+    image header far into the data), the tools say how much they are about to decompress, then do."""
+    from offload_builders.cli import bundler, inspect as inspect_cli, select as select_cli
+    from offload_builders.formats import compressed
+
+    monkeypatch.setattr(compressed, "ANNOUNCE_BYTES", 1 << 20)
+    start, end = B.text_markers(";")
+    text = b"".join(start + i.encode() + b"\n" + body + end + i.encode() + b"\n"
+                    for i, body in [(HOST + "-", b"host\n"), (BOMB_DEVICE, b"; device\n" * (300 << 10))])
+    text_path = tmp_path / "text.ccob"
+    text_path.write_bytes(_ccob([text], len(text), hashlib_md5(text)))
+    header, offsets, total = B.binary_layout([HOST + "-", BOMB_DEVICE], [0, 64], 4 << 20)  # both at 4 MiB
+    far = header + bytes(offsets[1] - len(header)) + _amdgpu_elf_head()
+    far_path = tmp_path / "far.ccob"
+    far_path.write_bytes(_ccob([far], len(far), hashlib_md5(far)))
+    for main, args, expected, size in [
+        (bundler.main, ["-list", "-type=ll", f"-input={text_path}"], f"{HOST}-\n{BOMB_DEVICE}\n", len(text)),
+        (inspect_cli.main, [text_path], "image=text", len(text)),
+        (select_cli.main, ["--device=gfx90a:xnack+", far_path], f"{BOMB_DEVICE}\n", len(far)),
+    ]:
+        decompressed[0] = 0
+        status, out, err = _run_cli(main, args, capsys)
+        assert status == 0 and expected in out, (args, out, err)
+        notes = [line for line in err.splitlines() if "note: " in line]
+        assert len(notes) == 1 and "decompressing " in notes[0] and f"(declared uncompressed size {size:,})" in notes[0]
+        announced = int(notes[0].split("decompressing ", 1)[1].split(" ", 1)[0].replace(",", ""))
+        # said before the read (when at most the header's two CHUNKs were in), of the bytes up to what it needs
+        # (all of the text; the image's first 20 bytes); afterwards all of it was decompressed
+        assert decompressed[0] == size and size - (2 << 20) - 64 <= announced <= size, (notes, decompressed[0])
+
+
+def hashlib_md5(data: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.md5(data).digest()[:8]
+
+
+def _ids(path: Path, *, lazy: bool) -> list[str] | str:
+    from contextlib import ExitStack
+
+    try:
+        with ExitStack() as stack:
+            return [entry.id for _, entry in B.read_bundle_input(path, "bc", stack, lazy=lazy).entries]
+    except BundleFormatError as exc:
+        return f"error at {exc.offset}"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_lazy_listing_agrees_with_full_decompression(data):
+    """Damaged small compressed bundles (smaller than what the header parse reads, so the lazy reader reaches the
+    end of the stream and runs every check): listing lazily gives exactly what full decompression gives, the
+    same IDs or an error."""
+    from offload_builders.formats.compressed import compress_bytes
+
+    version = data.draw(st.sampled_from([1, 2, 3]))
+    method = data.draw(st.sampled_from(list(Method)))
+    base = compress_bytes(GOOD, CompressionOptions(method, None, version))
+    buf = bytearray(base)
+    for _ in range(data.draw(st.integers(0, 3))):
+        at = data.draw(st.integers(0, len(buf) - 1))
+        buf[at] = data.draw(st.integers(0, 255))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.ccob"
+        path.write_bytes(bytes(buf))
+        full, lazy = _ids(path, lazy=False), _ids(path, lazy=True)
+    assert lazy == full
+
+
+def test_a_lazy_listing_does_not_check_what_it_does_not_read(tmp_path):
+    """The one difference: damage past what the listing reads (here the MD5 of a bundle with a 3 MiB entry) is
+    found by unbundling, which decompresses everything, not by -list."""
+    from offload_builders.formats.compressed import compress_bytes
+
+    image = bytes(range(256)) * (3 << 12)
+    data = bytearray(compress_bytes(_bundle_bytes([(HOST, b"HOSTDATA"), (GFX908, image)])))
+    data[16] ^= 1  # the stored MD5
+    path = tmp_path / "bad-hash.ccob"
+    path.write_bytes(bytes(data))
+    assert sorted(B.list_bundle_ids(path, file_type="bc")) == [GFX908, HOST + "-"]
+    with pytest.raises(BundleFormatError, match="does not match the stored hash"):
+        B.unbundle(path, [GFX908], [tmp_path / "out"], file_type="bc")
+    assert not (tmp_path / "out").exists()

@@ -160,6 +160,11 @@ def _warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
+def _note(message: str) -> None:
+    """What a listing is about to decompress, when it is much (a compressed text bundle)."""
+    print(f"{PROG}: note: {message}", file=sys.stderr, flush=True)
+
+
 def _report_stats(stats: Sequence[CompressionStats], *, compressing: bool, level: int | None = None) -> None:
     for item in stats:
         for line in item.describe(compressing=compressing, level=level):
@@ -216,7 +221,7 @@ def _run(options: Options, env: Environment) -> int:
             raise UsageError("-outputs option is invalid for -list")
         if targets:
             raise UsageError("-targets option is invalid for -list")
-        ids = bundle_mod.list_bundle_ids(inputs[0], file_type=file_type)
+        ids = bundle_mod.list_bundle_ids(inputs[0], file_type=file_type, notify=_note)
         sys.stdout.write("".join(f"{i}\n" for i in ids))
         return 0
     if options.check_input_archive:
@@ -277,8 +282,22 @@ def _run(options: Options, env: Environment) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bundler; return the exit status (0, or 1 after one error line on stderr)."""
     args = sys.argv[1:] if argv is None else list(argv)
+
+    def body() -> int:
+        try:
+            return _run(parse_args(args), Environment.read(os.environ))
+        except OffloadError as exc:
+            # Archive member names (and other text from the input) reach messages: no control characters.
+            from offload_builders.formats.inspect import printable  # only on this path: start-up stays lean
+
+            message = str(exc)
+            shown = " ".join(printable(line) for line in message.splitlines())
+            if shown == message:
+                raise
+            raise OffloadError(shown) from None
+
     # ValueError: option values the library refuses (a compression level out of range).
-    return run_guarded(PROG, lambda: _run(parse_args(args), Environment.read(os.environ)), user_errors=(ValueError,))
+    return run_guarded(PROG, body, user_errors=(ValueError,))
 
 
 if __name__ == "__main__":

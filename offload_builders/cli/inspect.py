@@ -115,7 +115,9 @@ def _run(opts: _Options) -> int:
     sys.stdout.flush()
     for inspection in inspections:
         if not inspection.payloads:
-            print(f"{PROG}: {inspection.file}: no offload payloads", file=sys.stderr)
+            from offload_builders.formats.inspect import printable
+
+            print(f"{PROG}: {printable(inspection.file)}: no offload payloads", file=sys.stderr)
     return 0
 
 
@@ -134,19 +136,28 @@ def _inspect(name: str, llvm_version: int, stack: ExitStack) -> Inspection:
         if not stat.S_ISREG(st.st_mode):
             with open(name, "rb") as source:
                 path = _spool(source, stack)
+    from offload_builders.formats.inspect import printable
+
     try:
         inspection = inspect_file(path, llvm_version=llvm_version, display=display,
-                                  stem="stdin" if name == "-" else None)
+                                  stem="stdin" if name == "-" else None, notify=_note)
     except OffloadError as exc:
-        raise _Fail(_named(display, str(exc))) from None
+        raise _Fail(printable(_named(display, str(exc)))) from None
     except OSError as exc:
         if exc.filename is not None and os.fsdecode(exc.filename) == path:
-            raise _Fail(f"'{display}': {exc.strerror or exc}") from None
-        raise _Fail(_named(display, _os_message(exc))) from None
+            raise _Fail(printable(f"'{display}': {exc.strerror or exc}")) from None
+        raise _Fail(printable(_named(display, _os_message(exc)))) from None
     except Exception as exc:  # a bug, or damage a reader does not report properly: still one line
-        raise _Fail(f"{display}: internal error: {type(exc).__name__}: {exc}") from None
+        raise _Fail(printable(f"{display}: internal error: {type(exc).__name__}: {exc}")) from None
     stack.callback(inspection.close)
     return inspection
+
+
+def _note(message: str) -> None:
+    """What the tool is about to decompress, when it is much (a compressed text bundle, an entry far in)."""
+    from offload_builders.formats.inspect import printable
+
+    print(f"{PROG}: note: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def _spool(source: BinaryIO, stack: ExitStack) -> str:
@@ -168,14 +179,15 @@ def _extract(inspections: Sequence[Inspection], directory: str) -> dict[int, str
     """
     import tempfile
 
-    from offload_builders.formats.inspect import safe_file_name, unique_names
+    from offload_builders.formats.inspect import printable, safe_file_name, unique_names
 
     payloads = [p for inspection in inspections for p in inspection.payloads]
     taken: set[str] = set()
     names = unique_names((safe_file_name(p.default_name) for p in payloads), taken)
     for payload, name in zip(payloads, names):
         if len(os.fsencode(name)) > _NAME_MAX:
-            raise _Fail(f"{payload.origin}: the output name '{name[:60]}...' is longer than {_NAME_MAX} bytes")
+            raise _Fail(printable(f"{payload.origin}: the output name '{name[:60]}...' is longer than {_NAME_MAX} "
+                                  "bytes"))
         if os.path.isdir(os.path.join(directory, name)):
             raise _Fail(f"'{os.path.join(directory, name)}': Is a directory")
     created = not os.path.isdir(directory)
@@ -193,7 +205,7 @@ def _extract(inspections: Sequence[Inspection], directory: str) -> dict[int, str
                 try:
                     payload.copy_to(fd)
                 except OffloadError as exc:
-                    raise _Fail(_named(payload.file, str(exc))) from None
+                    raise _Fail(printable(_named(payload.file, str(exc)))) from None
                 os.fchmod(fd, 0o666 & ~mask)
             finally:
                 os.close(fd)
@@ -233,6 +245,9 @@ def _describe(payload: Payload) -> str:
 
 
 def _render_text(inspections: Sequence[Inspection], extracted: dict[int, str]) -> str:
+    """One line per payload (and per fat binary entry); names from the files shown with :func:`printable`."""
+    from offload_builders.formats.inspect import printable
+
     lines = []
     for inspection in inspections:
         for p in inspection.payloads:
@@ -246,7 +261,7 @@ def _render_text(inspections: Sequence[Inspection], extracted: dict[int, str]) -
             for e in p.entries:
                 flag = f" compressed ({e.uncompressed_size} bytes uncompressed)" if e.compressed else ""
                 lines.append(f"    entry: {e.kind} {e.arch or '?'} size={e.size} offset={e.offset:#x}{flag}")
-    return "".join(line + "\n" for line in lines)
+    return "".join(printable(line) + "\n" for line in lines)
 
 
 def _render_json(inspections: Sequence[Inspection], extracted: dict[int, str]) -> str:

@@ -83,6 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_tool(PROG, argv, _parse, _HELP, f"{PROG} (offload-builders {__version__})", _main)
 
 
+def _note(message: str) -> None:
+    """What the tool is about to decompress to read an image's header, when it is much."""
+    from offload_builders.formats.inspect import printable
+
+    print(f"{PROG}: note: {printable(message)}", file=sys.stderr, flush=True)
+
+
 def _main(opts: _Options) -> int:
     if not opts.devices:
         raise _Fail(f"no --device given; try '{PROG} --help'")
@@ -96,17 +103,23 @@ def _main(opts: _Options) -> int:
     path = opts.files[0]
     if os.path.isdir(path):
         raise _Fail(f"'{path}': Is a directory")
-    if path == "-":
-        import shutil
-        import tempfile
+    from offload_builders.errors import OffloadError
+    from offload_builders.formats.inspect import printable  # names from the file: no control characters shown
 
-        with tempfile.NamedTemporaryFile(prefix="offload-select-", suffix=".in") as spool:
-            shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
-            spool.flush()
-            modules = modules_in(spool.name, llvm_version=opts.llvm_version, display="<stdin>")
-        path = "<stdin>"
-    else:
-        modules = modules_in(path, llvm_version=opts.llvm_version)
+    try:
+        if path == "-":
+            import shutil
+            import tempfile
+
+            with tempfile.NamedTemporaryFile(prefix="offload-select-", suffix=".in") as spool:
+                shutil.copyfileobj(sys.stdin.buffer, spool, 1 << 20)
+                spool.flush()
+                modules = modules_in(spool.name, llvm_version=opts.llvm_version, display="<stdin>", notify=_note)
+            path = "<stdin>"
+        else:
+            modules = modules_in(path, llvm_version=opts.llvm_version, notify=_note)
+    except OffloadError as exc:
+        raise _Fail(printable(str(exc))) from None
     results = [select_modules(modules, d, path) for d in devices]
     ok = all(r.ok for r in results)
     if opts.json:
@@ -124,9 +137,9 @@ def _main(opts: _Options) -> int:
             else:
                 errors.append(f"{PROG}: {lead}{where or path + ': '}no image fits {result.device}")
                 errors.extend(f"  {reason}" for reason in s.reasons())
-    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.write("".join(printable(line) + "\n" for line in lines))
     sys.stdout.flush()
-    sys.stderr.write("".join(line + "\n" for line in errors))
+    sys.stderr.write("".join(printable(line) + "\n" for line in errors))
     return 0 if ok else 1
 
 

@@ -30,7 +30,6 @@ Design points that differ from Clang 19, deliberately:
 """
 from __future__ import annotations
 
-import io
 import os
 import stat
 import struct
@@ -55,13 +54,14 @@ from offload_builders.formats.compressed import (
     CompressionOptions,
     CompressionStats,
     FileRegion,
-    decompress_to,
     is_compressed,
+    open_decompressed,
 )
 
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Final, Literal
 
 MAGIC: Final = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -562,10 +562,15 @@ def _skip_zeros(region: FileRegion, position: int) -> int:
 
 
 def read_bundle_input(path: str | os.PathLike[str], file_type: str, stack: ExitStack, *,
-                      region: FileRegion | None = None, label: str | None = None) -> BundleInput:
+                      region: FileRegion | None = None, label: str | None = None, lazy: bool = False,
+                      notify: Callable[[str], None] | None = None) -> BundleInput:
     """Open and parse ``path`` (or ``region`` of it) as ``-type=file_type`` would read it.
 
-    Temporary files (decompressed data) live as long as ``stack``.
+    Temporary files (decompressed data) live as long as ``stack``.  A compressed bundle is decompressed
+    and checked whole before anything is parsed, unless ``lazy`` (for listing): then only as far as its
+    parsing reads (a binary bundle's header is at the start), so the parts' regions must be read through
+    their ``pread`` or ``ensure``-d before their descriptors are.  ``notify`` gets a line before a lazy read
+    decompresses much (:data:`~offload_builders.formats.compressed.ANNOUNCE_BYTES`) in one go.
     """
     check_file_type(file_type)
     name = os.fspath(path)
@@ -576,12 +581,13 @@ def read_bundle_input(path: str | os.PathLike[str], file_type: str, stack: ExitS
     label = label or name
     result = BundleInput([], region)
     elf_path = name if region.start == 0 else None
-    _scan(region, label, 0, file_type, stack, result, elf_path=elf_path, nested=False)
+    _scan(region, label, 0, file_type, stack, result, elf_path=elf_path, nested=False, lazy=lazy, notify=notify)
     return result
 
 
 def _scan(region: FileRegion, label: str, base: int, file_type: str, stack: ExitStack,
-          result: BundleInput, *, elf_path: str | None, nested: bool) -> None:
+          result: BundleInput, *, elf_path: str | None, nested: bool, lazy: bool = False,
+          notify: Callable[[str], None] | None = None) -> None:
     """Split ``region`` into bundle parts: compressed and binary bundles in sequence, or one text,
     object or plain part.
 
@@ -596,19 +602,20 @@ def _scan(region: FileRegion, label: str, base: int, file_type: str, stack: Exit
     position, components, decompressed = 0, 0, None
     while True:
         head = region.pread(len(MAGIC), position)
-        sub = FileRegion(region.fd, region.start + position, region.size - position)
+        sub = region.window(position)
         if is_compressed(head):
             if nested:
                 raise _fail("a compressed bundle inside a compressed bundle", label, base + position)
             import tempfile
 
             spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
-            with io.BufferedWriter(io.FileIO(spool.fileno(), "w", closefd=False), CHUNK) as out:
-                header = decompress_to(sub, out, path=label, base_offset=base + position)
+            header, decompressed = open_decompressed(sub, spool.fileno(), path=label, base_offset=base + position,
+                                                     notify=notify)
+            if not lazy:
+                decompressed.complete()
             result.compression.append(CompressionStats(header))
-            decompressed = FileRegion(spool.fileno(), 0, header.uncompressed_size)
             _scan(decompressed, f"{label} (decompressed from the bundle at offset {base + position:#x})", 0,
-                  file_type, stack, result, elf_path=None, nested=True)
+                  file_type, stack, result, elf_path=None, nested=True, lazy=lazy, notify=notify)
             end = position + header.total_size
         elif head == MAGIC and binary_ok:
             bundle = parse_binary_bundle(sub, label=label, base=base + position)
@@ -619,6 +626,8 @@ def _scan(region: FileRegion, label: str, base: int, file_type: str, stack: Exit
             raise _fail("unexpected data after a bundle: neither zero padding nor another bundle", label,
                         base + position)
         components += 1
+        if end < region.size:  # what follows must be read (zero padding, or another bundle's magic)
+            region.ensure(region.size, "see what follows the bundle in it")
         position = _skip_zeros(region, end)
         if position >= region.size:
             break
@@ -630,6 +639,7 @@ def _single_part(region: FileRegion, label: str, base: int, file_type: str, stac
                  elf_path: str | None) -> BundlePart:
     comment = TEXT_COMMENTS.get(file_type)
     if comment is not None:
+        region.ensure(region.size, "find the entries of a text bundle")
         return BundlePart(region, "text", parse_text_bundle(region, comment, label=label, base=base), label, base)
     head = region.pread(4, 0)
     if file_type in OBJECT_TYPES and head == ELF_MAGIC:
@@ -647,6 +657,7 @@ def _spool_region(region: FileRegion, stack: ExitStack) -> str:
     import tempfile
 
     spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".o"))
+    region.ensure(region.size, "copy the host object")
     copy_range(region.fd, region.start, spool.fileno(), region.size)
     spool.flush()
     return spool.name
@@ -756,11 +767,16 @@ def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
     return True
 
 
-def list_bundle_ids(path: str | os.PathLike[str], *, file_type: str) -> list[str]:
+def list_bundle_ids(path: str | os.PathLike[str], *, file_type: str,
+                    notify: Callable[[str], None] | None = None) -> list[str]:
     """The IDs ``clang-offload-bundler -list`` prints: hash order for binary bundles (as Clang),
-    file order for text and object bundles, bundle after bundle for concatenated ones."""
+    file order for text and object bundles, bundle after bundle for concatenated ones.
+
+    A compressed bundle is decompressed only as far as its header (``clang-offload-bundler`` decompresses it
+    all), so its entries' data are not checked unless they are that short; where everything must be read (a
+    text bundle, or data after the bundle), ``notify`` hears how much first when it is much."""
     with ExitStack() as stack:
-        data = read_bundle_input(path, file_type, stack)
+        data = read_bundle_input(path, file_type, stack, lazy=True, notify=notify)
         return [entry.id for _, entry in data.entries]
 
 

@@ -18,6 +18,12 @@ compressed bundles sit back to back in one ``.hip_fatbin`` section.
 Everything here streams: compression reads its input piecewise and patches the header at the end,
 decompression writes to a file with bounded output per step, so memory stays flat whatever the
 size (apart from zstd's window, at most 128 MiB by zstd's default limit).
+
+Decompression can also be lazy (:func:`open_decompressed`): a :class:`DecompressedRegion` decompresses
+only as far as a reader has read, so listing the entries of a compressed bundle (whose header is at the
+start of the decompressed data) or reading the first bytes of an image costs what they need, not the
+declared size, which a few bytes of zstd can make a gigabyte.  A reader that needs far more than that
+says so first through the ``notify`` callback (see :data:`ANNOUNCE_BYTES`).
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from offload_builders.formats._record import Record
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from typing import IO, Final, Protocol
 
     class Compressor(Protocol):
@@ -58,6 +65,8 @@ DEFAULT_VERSION: Final = 2
 _U32_MAX: Final = (1 << 32) - 1
 #: zstd clamps levels into this range (ZSTD_minCLevel() .. ZSTD_maxCLevel()).
 _ZSTD_LEVELS: Final = (-(1 << 17), 22)
+#: A lazy reader that must decompress at least this many more bytes in one go says so first (its ``notify``).
+ANNOUNCE_BYTES = 64 << 20
 
 
 class Method(enum.IntEnum):
@@ -197,6 +206,14 @@ class FileRegion(io.RawIOBase):
         size = max(0, min(size, self.size - offset))
         return os.pread(self.fd, size, self.start + offset) if size else b""
 
+    def window(self, offset: int, size: int | None = None) -> FileRegion:
+        """The region ``[offset, offset + size)`` of this one (to its end when ``size`` is None)."""
+        return FileRegion(self.fd, self.start + offset, self.size - offset if size is None else size)
+
+    def ensure(self, end: int, purpose: str | None = None) -> None:
+        """Make the region's first ``end`` bytes readable through ``fd`` directly: a file's always are (a
+        :class:`DecompressedRegion` decompresses that far; ``purpose`` says why, should it announce it)."""
+
     def as_binary_io(self) -> IO[bytes]:
         """This region for a library whose annotations ask for ``IO[bytes]`` (zstandard's ``stream_reader``,
         pyelftools' ``ELFFile``): they only read, seek and tell, which a raw stream does, but typeshed does not
@@ -252,6 +269,16 @@ def decompress_to(region: FileRegion, out, *, path: str | None = None, base_offs
     ``verify_hash`` is false) a wrong MD5 are errors too.
     """
     header = read_header(region, path=path, base_offset=base_offset)
+    for piece in _checked_pieces(region, header, path=path, base_offset=base_offset, verify_hash=verify_hash):
+        out.write(piece)
+    return header
+
+
+def _checked_pieces(region: FileRegion, header: CompressedHeader, *, path: str | None, base_offset: int,
+                    verify_hash: bool) -> Iterator[bytes]:
+    """The decompressed data of the bundle at the start of ``region``, at most ``CHUNK`` bytes a piece, with
+    :func:`decompress_to`'s checks: the zstd frames are walked before the first piece; a piece that goes past
+    the declared size fails at once; the size and the MD5 are checked after the last piece."""
     payload_at = header.header_size
     payload = FileRegion(region.fd, region.start + payload_at, header.compressed_size)
     size_field = 8 if header.version == 1 else 12
@@ -261,6 +288,11 @@ def decompress_to(region: FileRegion, out, *, path: str | None = None, base_offs
 
     if header.method is Method.ZSTD:
         _check_zstd_frames(payload, lambda message, at: fail(message, payload_at + at))
+    return _checked_stream(header, payload, fail, size_field, verify_hash)
+
+
+def _checked_stream(header: CompressedHeader, payload: FileRegion, fail: Callable[..., BundleFormatError],
+                    size_field: int, verify_hash: bool) -> Iterator[bytes]:
     import hashlib
     import zlib
 
@@ -275,7 +307,7 @@ def decompress_to(region: FileRegion, out, *, path: str | None = None, base_offs
                 raise fail(f"decompressed data exceeds the declared uncompressed size "
                            f"{header.uncompressed_size}", size_field)
             digest.update(piece)
-            out.write(piece)
+            yield piece
     except (zstandard.ZstdError, zlib.error) as exc:
         raise fail(f"could not decompress the {header.method.name.lower()} data: {exc}") from None
     if written != header.uncompressed_size:
@@ -284,7 +316,110 @@ def decompress_to(region: FileRegion, out, *, path: str | None = None, base_offs
     if verify_hash and digest.digest()[:8] != header.hash:
         raise fail(f"MD5 of the decompressed bundle ({digest.digest()[:8].hex()}) does not match the "
                    f"stored hash ({header.hash.hex()})", header.header_size - 8)
-    return header
+
+
+class _Inflation:
+    """A compressed bundle being decompressed, on demand, into the file ``fd`` (empty at the start).
+
+    ``produced`` bytes are in ``fd`` so far.  Every check of :func:`decompress_to` applies to what is
+    decompressed; those that need the whole stream (the size, trailing data, the MD5) run once it has been
+    read to its end, which :meth:`ensure` does as soon as a read reaches the declared size.
+    """
+
+    def __init__(self, region: FileRegion, header: CompressedHeader, fd: int, *, path: str | None,
+                 base_offset: int, verify_hash: bool, notify: Callable[[str], None] | None) -> None:
+        self.fd, self.header, self.path, self.base_offset = fd, header, path, base_offset
+        self.produced = 0
+        self.finished = False
+        self.error: BaseException | None = None
+        self.notify = notify
+        self._pieces = _checked_pieces(region, header, path=path, base_offset=base_offset, verify_hash=verify_hash)
+
+    def ensure(self, end: int, purpose: str | None = None) -> None:
+        """Decompress until the first ``end`` bytes (at most the declared size) are in ``fd``; reaching the
+        declared size reads the stream to its end and runs the final checks.  A failure is raised again by
+        every later call."""
+        if self.error is not None:
+            raise self.error
+        declared = self.header.uncompressed_size
+        end = min(end, declared)
+        if self.finished or (end <= self.produced and end < declared):
+            return
+        if self.notify is not None and end - self.produced >= ANNOUNCE_BYTES:
+            where = f"{self.path}: " if self.path else ""
+            self.notify(f"{where}decompressing {end - self.produced:,} bytes of the compressed bundle at offset "
+                        f"{self.base_offset:#x} (declared uncompressed size {declared:,})"
+                        + (f" to {purpose}" if purpose else ""))
+        try:
+            while self.produced < end:
+                piece = next(self._pieces, None)
+                if piece is None:  # cannot happen: a short stream fails the size check first
+                    raise BundleFormatError(f"the data ends after {self.produced} of {declared} bytes",
+                                            path=self.path, offset=self.base_offset)
+                write_all(self.fd, piece)
+                self.produced += len(piece)
+            if self.produced == declared:
+                for _ in self._pieces:  # the end of the stream and its checks (more data fails as it appears)
+                    pass
+                self.finished = True
+        except Exception as exc:
+            self.error = exc
+            raise
+
+
+class DecompressedRegion(FileRegion):
+    """A window of a compressed bundle's decompressed data that decompresses as far as it is read.
+
+    ``fd`` is the temporary file the data goes to; :meth:`pread` and reads through the stream interface
+    decompress up to the bytes they return, :meth:`ensure` up to a given end (before reading ``fd``
+    directly), :meth:`complete` all of it with every check.
+    """
+
+    def __init__(self, inflation: _Inflation, start: int = 0, size: int | None = None) -> None:
+        whole = inflation.header.uncompressed_size
+        super().__init__(inflation.fd, start, whole - start if size is None else size)
+        self.inflation = inflation
+
+    @property
+    def produced(self) -> int:
+        """Bytes decompressed so far (of the whole bundle, not only this window)."""
+        return self.inflation.produced
+
+    def ensure(self, end: int, purpose: str | None = None) -> None:
+        self.inflation.ensure(self.start + max(0, min(end, self.size)), purpose)
+
+    def complete(self) -> None:
+        """Decompress everything and run every check (size, trailing data, MD5 when asked for)."""
+        self.inflation.ensure(self.inflation.header.uncompressed_size)
+
+    def readinto(self, buffer) -> int:
+        self.ensure(self._pos + len(buffer))
+        return super().readinto(buffer)
+
+    def pread(self, size: int, offset: int) -> bytes:
+        if size > 0 and offset < self.size:
+            self.ensure(offset + size)
+        return super().pread(size, offset)
+
+    def window(self, offset: int, size: int | None = None) -> DecompressedRegion:
+        return DecompressedRegion(self.inflation, self.start + offset, self.size - offset if size is None else size)
+
+
+def open_decompressed(region: FileRegion, fd: int, *, path: str | None = None, base_offset: int = 0,
+                      verify_hash: bool = True, notify: Callable[[str], None] | None = None,
+                      ) -> tuple[CompressedHeader, DecompressedRegion]:
+    """The header of the compressed bundle at the start of ``region``, and its decompressed data as a
+    :class:`DecompressedRegion` that decompresses into ``fd`` (an empty file the caller keeps open) only as
+    far as it is read.
+
+    The header and the zstd frame headers are checked here; the rest of :func:`decompress_to`'s checks
+    apply to what is read, and all of them once everything is (``complete()``).  ``notify`` receives one
+    line before a single read decompresses :data:`ANNOUNCE_BYTES` or more.
+    """
+    header = read_header(region, path=path, base_offset=base_offset)
+    inflation = _Inflation(region, header, fd, path=path, base_offset=base_offset, verify_hash=verify_hash,
+                           notify=notify)
+    return header, DecompressedRegion(inflation)
 
 
 _ZSTD_MAGIC: Final = 0xFD2FB528

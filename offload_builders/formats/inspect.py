@@ -47,7 +47,7 @@ from offload_builders.formats.bundle import (
     parse_text_bundle,
     read_archive,
 )
-from offload_builders.formats.compressed import MAGIC as CCOB_MAGIC, FileRegion, decompress_to, read_header
+from offload_builders.formats.compressed import MAGIC as CCOB_MAGIC, FileRegion, open_decompressed
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
 from offload_builders.formats.elf import SHT_NOBITS, read_sections
 from offload_builders.formats.offload_binary import ImageKind, kind_table
@@ -59,6 +59,7 @@ __all__ = [
     "Inspection",
     "Payload",
     "inspect_file",
+    "printable",
     "safe_file_name",
     "split_bundle_id",
     "unique_names",
@@ -153,6 +154,7 @@ class Payload:
     symbol: str | None = None
     _copy: Callable[[int], None] | None = field(default=None, repr=False, compare=False)
     _sort_key: tuple[int, int, int] = field(default=(0, 0, 0), repr=False, compare=False)
+    _head: Callable[[int], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def origin(self) -> str:
@@ -169,6 +171,19 @@ class Payload:
         if self._copy is None:
             raise OffloadError(f"{self.origin}: this payload cannot be extracted")
         self._copy(fd)
+
+    def head(self, size: int) -> bytes:
+        """The payload's first ``size`` bytes (fewer if it is shorter).
+
+        Read in place where the payload lies in a file or a compressed bundle (which is decompressed only
+        that far); otherwise the payload is copied out first."""
+        if self._head is not None:
+            return self._head(max(0, min(size, self.size)))
+        import tempfile
+
+        with tempfile.TemporaryFile(prefix="offload-inspect-") as spool:
+            self.copy_to(spool.fileno())
+            return os.pread(spool.fileno(), size, 0)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready description (everything but the bytes)."""
@@ -229,6 +244,15 @@ def split_bundle_id(text: str) -> tuple[str, str, str]:
     if len(fields) >= 2 and (_PROCESSOR.match(fields[-1]) or ":" in fields[-1]):
         return kind, "-".join(fields[:-1]), fields[-1]
     return kind, rest, ""
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (control and format characters, line breaks,
+    lone surrogates) as a Python escape (``\\n``, ``\\x1b``, ``\\u202e``): names come from the file being
+    read, and must not forge lines of a listing or drive the terminal that shows it."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\]")
@@ -297,8 +321,9 @@ class _Context:
 class _Walker:
     """Finds bundles and NVIDIA fat binaries; collects them as :class:`Payload` objects."""
 
-    def __init__(self, stack: ExitStack) -> None:
+    def __init__(self, stack: ExitStack, notify: Callable[[str], None] | None = None) -> None:
         self.stack = stack
+        self.notify = notify
         self.payloads: list[Payload] = []
         self.ordinals: dict[tuple[str, tuple[str, ...]], int] = {}
         self.fatbin_count: dict[tuple[str, tuple[str, ...]], int] = {}
@@ -426,13 +451,13 @@ class _Walker:
             sub = FileRegion(region.fd, absolute, region.size - position)
             head = sub.pread(len(BUNDLE_MAGIC), 0)
             if head[:4] == CCOB_MAGIC:
-                header = read_header(sub, path=label, base_offset=absolute)
                 import tempfile
 
+                # Decompressed only as far as it is read: the header and the first bytes of each entry,
+                # unless the payloads are extracted.
                 spool = self.stack.enter_context(tempfile.TemporaryFile(prefix="offload-inspect-"))
-                decompress_to(sub, spool, path=label, base_offset=absolute, verify_hash=False)
-                spool.flush()
-                inner = FileRegion(spool.fileno(), 0, header.uncompressed_size)
+                header, inner = open_decompressed(sub, spool.fileno(), path=label, base_offset=absolute,
+                                                  verify_hash=False, notify=self.notify)
                 info = CompressionInfo(absolute, header.version, header.method.name.lower(), header.total_size,
                                        header.uncompressed_size)
                 inner_label = f"{label} (the data decompressed from the bundle at offset {absolute:#x})"
@@ -462,21 +487,21 @@ class _Walker:
             bundle = parse_binary_bundle(region, label=label, base=base)
             entries, extent, fmt = bundle.entries, bundle.end, "bundle"
         elif comment is not None:
+            region.ensure(region.size, "find the entries of a text bundle")
             entries = parse_text_bundle(region, comment, label=label, base=base)
             extent, fmt = region.size, "text bundle"
         else:
             raise BundleFormatError("the decompressed data is not a bundle", path=label, offset=0)
         for number, entry in enumerate(entries):
             kind, triple, target = split_bundle_id(entry.id)
-            absolute = region.start + entry.offset
             image_kind = "text" if fmt == "text bundle" else _sniff(region, entry.offset, entry.size)
             self.payloads.append(Payload(
                 ctx.display, ctx.container, ctx.members, section, "compressed " + fmt if info else fmt, index,
                 base if info is None else 0, kind, triple, target, image_kind, entry.size,
                 entry.offset + base if info is None else entry.offset,
                 "file" if info is None else "decompressed bundle", f"{ctx.stem}-{entry.id}".replace(":", "_"),
-                bundle_id=entry.id, compression=info, _copy=_range_copier(region.fd, absolute, entry.size),
-                _sort_key=(order, sort_at, number)))
+                bundle_id=entry.id, compression=info, _copy=_region_copier(region, entry.offset, entry.size),
+                _sort_key=(order, sort_at, number), _head=_head_reader(region, entry.offset)))
         return extent
 
     # --- NVIDIA fat binaries ---------------------------------------------------------------------
@@ -602,6 +627,7 @@ def _sniff(region: FileRegion, offset: int, size: int) -> str:
     """What a bundle entry holds, named as llvm-objdump names image kinds."""
     if size == 0:
         return "<none>"
+    region.ensure(offset + min(size, 20), "read the first bytes of an entry")
     head = region.pread(min(size, 20), offset)
     if head[:4] == _ELF_MAGIC:
         machine = struct.unpack_from("<H" if head[5:6] != b"\x02" else ">H", head, 18)[0] if len(head) >= 20 else 0
@@ -615,6 +641,20 @@ def _sniff(region: FileRegion, offset: int, size: int) -> str:
 
 def _range_copier(fd: int, offset: int, size: int) -> Callable[[int], None]:
     return lambda out: copy_range(fd, offset, out, size)
+
+
+def _region_copier(region: FileRegion, offset: int, size: int) -> Callable[[int], None]:
+    """Copies ``size`` bytes at ``offset`` of ``region``. Compressed data is decompressed whole first, and checked
+    as a whole (its size, and nothing after the stream), as extraction always did."""
+    def copy(out: int) -> None:
+        region.ensure(region.size, "extract its entries")
+        copy_range(region.fd, region.start + offset, out, size)
+    return copy
+
+
+def _head_reader(region: FileRegion, offset: int) -> Callable[[int], bytes]:
+    """Reads the first bytes of the entry at ``offset`` of ``region`` (decompressing no further)."""
+    return lambda size: region.pread(size, offset)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -653,7 +693,7 @@ def _binary_payloads(found: Sequence[FoundBinary], path: str, display: str, stem
 
 
 def inspect_file(path: str | os.PathLike[str], *, llvm_version: int = 19, display: str | None = None,
-                 stem: str | None = None) -> Inspection:
+                 stem: str | None = None, notify: Callable[[str], None] | None = None) -> Inspection:
     """Every offload payload in the file at ``path``, in file order (archive members in turn).
 
     ``display`` is the name to report instead of ``path`` (e.g. ``<stdin>`` for spooled input), ``stem``
@@ -661,6 +701,11 @@ def inspect_file(path: str | os.PathLike[str], *, llvm_version: int = 19, displa
     ``llvm_version`` selects the OffloadBinary kind numbering (HIP is 3 before LLVM 21, 4 after).
     A file without offload content gives no payloads; malformed content raises
     :class:`~offload_builders.errors.OffloadFormatError`.
+
+    Compressed bundles are decompressed only as far as their headers and the first bytes of each entry
+    (for its image kind); the rest when a payload is copied out. Their hash is not checked, as Clang does not.
+    Where much must be decompressed in one go (a compressed text bundle, an entry far into the data),
+    ``notify`` hears how much first.
     """
     fspath = os.fspath(path)
     shown = display if display is not None else fspath
@@ -670,7 +715,7 @@ def inspect_file(path: str | os.PathLike[str], *, llvm_version: int = 19, displa
         stack.callback(os.close, fd)
         size = os.fstat(fd).st_size
         found = extract_offload_binaries(fspath, display=display)
-        walker = _Walker(stack)
+        walker = _Walker(stack, notify)
         walker.region(FileRegion(fd, 0, size), _Context(fspath, shown, (), "file", stem), 0)
         payloads = _binary_payloads(found, fspath, shown, stem if stem is not None else llvm_stem(shown),
                                     llvm_version, walker.ordinals) + walker.payloads
