@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from offload_builders import nvptx_tools
 from offload_builders.driver import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
 from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
-from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID
+from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE, TargetID, is_target_name
 from offload_builders.toolchain import ProbeCache, Toolchain
 
 if TYPE_CHECKING:  # the format readers load when a link step reads a file, not with the SCons tool
@@ -561,12 +560,6 @@ def check_untargeted_entries(scanned: ScannedInputs) -> list[str]:
             "own objects have): compile the program's objects with the same offload targets"]
 
 
-#: What a triple or an arch (a target ID) of an offload binary may hold to be linked: the characters LLVM's
-#: triples and target IDs use (``amdgcn-amd-amdhsa``, ``gfx90a:xnack+``, ``sm_90a``), a letter or digit
-#: first, and not more than any target name needs. Offload-link's file names are made of them.
-_TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:-]{0,127}")
-
-
 def check_target_names(scanned: ScannedInputs) -> list[str]:
     """One message per device image of a regular input whose triple or arch is no target name (a ``/``, a
     control character, 4 KB): no device link can be for it, and nothing may be named after it."""
@@ -574,7 +567,7 @@ def check_target_names(scanned: ScannedInputs) -> list[str]:
     for found in scanned.regular:
         triple, arch = key = _key(found.binary)
         for what, value in (("triple", triple), ("arch", arch)):
-            if key not in problems and (value or what == "triple") and not _TARGET_NAME.fullmatch(value):
+            if key not in problems and (value or what == "triple") and not is_target_name(value):
                 shown = ascii(value[:64]) + (f" ({len(value)} characters)" if len(value) > 64 else "")
                 problems[key] = (f"{found.describe()}: the device image's {what} {shown} is not a target name "
                                  "(letters, digits and '_.+:-' only, at most 128): a damaged or crafted input")

@@ -23,6 +23,7 @@ as an OpenMP offload device, packaged with an empty ``arch=``) are target IDs he
 from __future__ import annotations
 
 import functools
+import re
 from collections import UserList
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -516,7 +517,19 @@ def is_compatible(code_object: TargetID, device: TargetID) -> bool:
     return all(device.feature(name) == on for name, on in code_object.features)
 
 
+
+#: What a triple or an arch (a target ID) read from a file may hold for a tool to name files after it: the
+#: characters LLVM's triples and target IDs use (``amdgcn-amd-amdhsa``, ``gfx90a:xnack+``, ``sm_90a``), a letter
+#: or digit first, and not more than any target name needs (no ``/``, no ``..`` alone, no control character).
+_TARGET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:-]{0,127}")
+
+
+def is_target_name(value: str) -> bool:
+    """Whether ``value`` (a triple or arch from an input file) may be part of a file name (see ``_TARGET_NAME``)."""
+    return bool(_TARGET_NAME.fullmatch(value))
+
 __all__ = [
+    "is_target_name",
     "ACCEPTED_ARCH_LISTS",
     "AMDGPU_PROCESSORS",
     "AMDGPU_TRIPLE",

@@ -30,6 +30,7 @@ from offload_builders.formats.offload_binary import (
     packager_images,
     write_offload_binaries,
 )
+from offload_builders.targets import is_target_name
 
 PROG = "offload-packager"
 DEFAULT_LLVM_VERSION = 19
@@ -182,6 +183,11 @@ def _extract(opts: _Options, table: KindTable) -> None:
             else:
                 for index, item in enumerate(chosen):
                     binary = item.binary
+                    for what, value in (("triple", binary.triple), ("arch", binary.arch)):
+                        if value and not is_target_name(value):  # the name is made of them: never a path
+                            shown = ascii(value[:64]) + (f" ({len(value)} characters)" if len(value) > 64 else "")
+                            raise _Fail(f"{opts.input}: image {index}'s {what} {shown} cannot name a file (letters,"
+                                             " digits and '_.+:-' only, at most 128); give --image=file=NAME")
                     name = (f"{stem}-{binary.triple}-{binary.arch}.{index}."
                             f"{table.image_kind_name(binary.image_kind)}")
                     with atomic_output(name) as fd:

@@ -131,6 +131,8 @@ def read_sections(pread: Reader, size: int, *, path: str | None = None, base: in
 
     def section_header(index: int) -> tuple[int, ...]:
         at = e_shoff + index * e_shentsize
+        if at > size:  # checked before the read: an offset such as 2**63 is no file position at all
+            raise fail(f"section header {index} starts past the end of the file ({size:#x} bytes)", at)
         data = pread(layout.section.size, at)
         if len(data) < layout.section.size:
             raise fail(f"section header {index} runs past the end of the file ({size:#x} bytes)", at)
