@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -346,18 +345,9 @@ def _locked_directory(directory: Path) -> Iterator[None]:
 
 
 def _replace_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file unique to this process and thread, then rename it over ``path``.
-    The temporary file is removed on any failure."""
-    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), _file_mode(path))
-            f.write(text)
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(partial)
-        raise
+    """Write ``text`` to a temporary file unique to this process and thread, then rename it over ``path``
+    (keeping the file's mode, see :func:`_file_mode`). The temporary file is removed on any failure."""
+    replace_private_file(path, text, _file_mode(path))
 
 
 def _file_mode(path: Path) -> int:

@@ -68,3 +68,15 @@ def driver_library_flags(targets, flags=()) -> list[str]:
     from offload_builders.toolchain import find_toolchain
 
     return one_command_flags(find_toolchain(), targets, flags)
+
+
+def write_cli_shims(directory: Path) -> Path:
+    """``offload-compile`` and ``offload-link`` in ``directory``, running this Python's package: what a Meson or
+    CMake project of a test finds on ``PATH``."""
+    import sys
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, module in (("offload-compile", "compile"), ("offload-link", "link")):
+        (directory / name).write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.{module} \"$@\"\n")
+        (directory / name).chmod(0o755)
+    return directory

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, write_cli_shims
 from offload_builders.toolchain import find_toolchain
 
 pytestmark = pytest.mark.slow
@@ -29,11 +29,7 @@ def project(tmp_path) -> Path:
     (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
     norm = root / "src" / "norm.cpp"
     norm.write_text('#include "norm_only.hpp"\n' + norm.read_text())
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    for name, module in (("offload-compile", "compile"), ("offload-link", "link")):
-        (tools / name).write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.{module} \"$@\"\n")
-        (tools / name).chmod(0o755)
+    write_cli_shims(tmp_path / "bin")
     return root
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, write_cli_shims
 from offload_builders.toolchain import find_toolchain
 
 pytestmark = pytest.mark.slow
@@ -133,11 +133,7 @@ def project(tmp_path) -> Path:
     (root / "meson_options.txt").write_text(MESON_OPTIONS)
     for name, text in SOURCES.items():
         (root / name).write_text(textwrap.dedent(text).lstrip())
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    for name, module in (("offload-compile", "compile"), ("offload-link", "link")):
-        (tools / name).write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.{module} \"$@\"\n")
-        (tools / name).chmod(0o755)
+    write_cli_shims(tmp_path / "bin")
     return root
 
 
