@@ -124,6 +124,7 @@ OPTIONS:
                          of the source's path relative to --source-root, else of its absolute path)
   --source-root <dir>  - HIP, CUDA: where the default CUID's path starts (the SCons tool's top directory gives
                          the SCons tool's CUID)
+  --cmake-dir          - Print the directory of the CMake package config (find_package(OffloadBuilders))
   --help, --version
 The compile flags after `--` are the same for every phase of a source (device: plus that target's own).
 The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang.
@@ -151,6 +152,7 @@ class _Options:
     fatbin: str | None = None
     cuid: str | None = None
     source_root: str | None = None
+    cmake_dir: bool = False
     help: bool = False
     version: bool = False
 
@@ -159,6 +161,7 @@ _PARSER = Parser(PROG, [
     Option("-o", dest="output"),
     *(Option(name) for name in ("--depfile", "--target", "--targets", "--host-bc", "--package", "--fatbin",
                                 "--cuid", "--source-root")),
+    Option("--cmake-dir", action=FLAG),
     Option("--help", "-help", "-h", action=FLAG),
     Option("--version", action=FLAG),
 ], dashes="exact", missing="missing value for {name}",
@@ -840,6 +843,9 @@ _PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embe
 
 
 def _main(opts: _Options) -> int:
+    if opts.cmake_dir:  # OffloadBuildersConfig.cmake: cmake -DOffloadBuilders_DIR=$(offload-compile --cmake-dir)
+        print(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "cmake"))
+        return 0
     if not opts.command:
         raise UsageError(f"no subcommand given; expected one of {', '.join(_SUBCOMMANDS)} (see --help)")
     _check_flags(opts.flags)

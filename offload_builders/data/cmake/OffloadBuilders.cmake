@@ -1,0 +1,358 @@
+# Clang GPU offload compiles as one custom command per phase and target, each with its depfile, run by
+# offload-compile; links through offload-link (the Clang driver runs it in clang-linker-wrapper's place).
+#
+#   find_package(OffloadBuilders REQUIRED)   # cmake -DOffloadBuilders_DIR="$(offload-compile --cmake-dir)"
+#   offload_add_executable(app src/a.cpp src/k.hip src/s.cu)
+#   target_include_directories(app PRIVATE include)          # and target_compile_definitions/options,
+#   target_link_libraries(app PRIVATE mylib)                  # usage requirements of linked targets
+#
+# Functions (options in any order before or among the sources):
+#   offload_add_executable(<name> [<options>] <sources>...)
+#   offload_add_library(<name> STATIC|SHARED|OBJECT [<options>] <sources>...)
+#   offload_add_object_library(<name> [<options>] <sources>...)   (= offload_add_library(<name> OBJECT ...):
+#       an INTERFACE library whose objects and link flags go to the targets that link it)
+#   offload_target_sources(<target> [<options>] <sources>...)     (add offload sources to an existing target)
+#   offload_archs(<var> [OPENMP|HIP|CUDA] [ARCHS <ids>...])        (the canonical IDs a model compiles for)
+# Options:
+#   ARCHS <id>...           target IDs (default: the cache variable OFFLOAD_ARCHS)
+#   FLAGS <flag>...         compile flags of every phase of every source
+#   OPENMP_FLAGS/HIP_FLAGS/CUDA_FLAGS <flag>...   those of one model's sources
+#   RDC                     HIP and CUDA relocatable device code (-fgpu-rdc; linked by offload-link)
+#   LINK_LIBRARIES <lib>... target_link_libraries (their include directories, definitions and options apply)
+#   SOURCES <src>...        (the sources may also follow the options directly)
+# The model of a source is its suffix: .hip HIP (gfx targets), .cu CUDA (sm targets), else OpenMP C/C++
+# (every target). Every phase gets FLAGS, the model's flags, CMAKE_<C|CXX>_FLAGS[_<CONFIG>], and the
+# target's INCLUDE_DIRECTORIES, COMPILE_DEFINITIONS and COMPILE_OPTIONS (transitively, from what it links).
+# Single-configuration generators (Ninja, Unix Makefiles).
+include_guard(GLOBAL)
+
+if(CMAKE_VERSION VERSION_LESS 3.20)
+  message(FATAL_ERROR "OffloadBuilders needs CMake 3.20 or later (add_custom_command DEPFILE); this is ${CMAKE_VERSION}")
+endif()
+# The functions below keep these policy settings (CMP0116: depfile paths, relative ones to the binary dir).
+cmake_policy(PUSH)
+cmake_policy(VERSION 3.20...4.4)
+
+set(OFFLOAD_ARCHS "x86_64" CACHE STRING
+  "Offload target IDs, comma-separated (x86_64 runs on this CPU; sm_90, gfx90a:xnack+, ...)")
+set(OFFLOAD_SOURCE_ROOT "" CACHE PATH
+  "HIP/CUDA without RDC: the default CUID hashes a source's path relative to this directory (empty: its absolute path)")
+option(OFFLOAD_CUDA_ARCH_LIST
+  "CUDA device and host compiles get all the source's targets (--targets: Clang 20+ defines __CUDA_ARCH_LIST__)" OFF)
+
+# offload-compile and offload-link: on PATH, else beside the Python that holds this file (a virtual environment).
+set(_offload_bins "${CMAKE_CURRENT_LIST_DIR}/../../../../../../bin" "${CMAKE_CURRENT_LIST_DIR}/../../../.venv/bin")
+find_program(OFFLOAD_COMPILE offload-compile PATHS ${_offload_bins} DOC "offload-compile (offload-builders)")
+find_program(OFFLOAD_LINK offload-link PATHS ${_offload_bins} DOC "offload-link (offload-builders)")
+unset(_offload_bins)
+
+function(_offload_not_found message)
+  if(${CMAKE_FIND_PACKAGE_NAME}_FIND_REQUIRED OR NOT CMAKE_FIND_PACKAGE_NAME)
+    message(FATAL_ERROR " ${message}")  # one line: CMake leaves text after a space unwrapped
+  endif()
+  set(${CMAKE_FIND_PACKAGE_NAME}_NOT_FOUND_MESSAGE "${message}" PARENT_SCOPE)
+  set(${CMAKE_FIND_PACKAGE_NAME}_FOUND FALSE PARENT_SCOPE)
+endfunction()
+
+foreach(_offload_tool IN ITEMS OFFLOAD_COMPILE OFFLOAD_LINK)
+  if(NOT ${_offload_tool} OR NOT EXISTS "${${_offload_tool}}")
+    string(TOLOWER "${_offload_tool}" _offload_name)
+    string(REPLACE "_" "-" _offload_name "${_offload_name}")
+    _offload_not_found("OffloadBuilders: ${_offload_name} not found (${_offload_tool}=${${_offload_tool}}): pip install offload-builders and put its bin directory on PATH, or set -D${_offload_tool}=<path>")
+    cmake_policy(POP)
+    return()
+  endif()
+endforeach()
+
+# The link flags (--offload-link -B<shim dir> -L<runtime dir> ...): this also finds the Clang toolchain, so a
+# missing one is one error here.
+execute_process(COMMAND "${OFFLOAD_LINK}" --print-link-args RESULT_VARIABLE _offload_rc
+  OUTPUT_VARIABLE _offload_out ERROR_VARIABLE _offload_err OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
+if(NOT _offload_rc EQUAL 0)
+  string(REPLACE "\n" " " _offload_err "${_offload_err}")
+  _offload_not_found("OffloadBuilders: ${_offload_err}")
+  cmake_policy(POP)
+  return()
+endif()
+string(REPLACE "\n" ";" OFFLOAD_LINK_ARGS "${_offload_out}")       # OpenMP programs
+set(OFFLOAD_RDC_LINK_ARGS "")                                       # HIP/CUDA relocatable device code
+set(OFFLOAD_RUNTIME_DIR "")
+foreach(_offload_arg IN LISTS OFFLOAD_LINK_ARGS)
+  if(_offload_arg STREQUAL "--offload-link" OR _offload_arg MATCHES "^-B")
+    list(APPEND OFFLOAD_RDC_LINK_ARGS "${_offload_arg}")
+  elseif(_offload_arg MATCHES "^-L(.*)")
+    set(OFFLOAD_RUNTIME_DIR "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+unset(_offload_rc)
+unset(_offload_out)
+unset(_offload_err)
+
+# The canonical comma-separated list of ARGN (commas or semicolons), or one error line naming what is wrong.
+function(_offload_check_archs out)
+  string(REPLACE ";" "," text "${ARGN}")
+  get_property(known GLOBAL PROPERTY "_OFFLOAD_ARCHS_${text}")
+  if(NOT known)
+    execute_process(COMMAND "${OFFLOAD_COMPILE}" check "${text}" RESULT_VARIABLE rc OUTPUT_VARIABLE known
+      ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
+    if(NOT rc EQUAL 0)
+      string(REPLACE "\n" " " err "${err}")
+      message(FATAL_ERROR " OFFLOAD_ARCHS '${text}': ${err}")
+    endif()
+    set_property(GLOBAL PROPERTY "_OFFLOAD_ARCHS_${text}" "${known}")
+  endif()
+  set(${out} "${known}" PARENT_SCOPE)
+endfunction()
+
+# offload_archs(<var> [OPENMP|HIP|CUDA] [ARCHS <ids>...]): the canonical target IDs (a CMake list) that sources
+# of the model compile for: OPENMP (the default) all, HIP the gfx IDs, CUDA the sm IDs.
+function(offload_archs var)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "OPENMP;HIP;CUDA" "" "ARCHS")
+  if(NOT arg_ARCHS)
+    set(arg_ARCHS "${OFFLOAD_ARCHS}")
+  endif()
+  _offload_check_archs(text ${arg_ARCHS})
+  string(REPLACE "," ";" all "${text}")
+  if(arg_HIP)
+    list(FILTER all INCLUDE REGEX "^gfx")
+  elseif(arg_CUDA)
+    list(FILTER all INCLUDE REGEX "^sm_")
+  endif()
+  set(${var} "${all}" PARENT_SCOPE)
+endfunction()
+
+function(_offload_model out src)
+  if(src MATCHES "\\.hip$")
+    set(${out} hip PARENT_SCOPE)
+  elseif(src MATCHES "\\.cu$")
+    set(${out} cuda PARENT_SCOPE)
+  else()
+    set(${out} openmp PARENT_SCOPE)
+  endif()
+endfunction()
+
+# A file whose bytes are `content` and whose mtime changes only when they do (file(GENERATE) rewrites only
+# a changed file): Makefiles rerun on timestamps alone, so each node depends on the stamp of what its command
+# line carries (flags, target lists) and reruns when that changes, as Ninja does by its command hash.
+function(_offload_stamp tgt path content)
+  get_property(done TARGET ${tgt} PROPERTY _OFFLOAD_STAMPS)
+  if(NOT path IN_LIST done)
+    file(GENERATE OUTPUT "${path}" CONTENT "${content}\n")
+    set_property(TARGET ${tgt} APPEND PROPERTY _OFFLOAD_STAMPS "${path}")
+  endif()
+endfunction()
+
+function(_offload_command output)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "COMMENT" "OUTPUTS;COMMAND;DEPENDS")
+  list(POP_FRONT arg_COMMAND phase)
+  # offload-compile leaves an output whose bytes did not change untouched, which Ninja's restat turns into
+  # stopping there. make has no restat across its passes: an output older than a header it was rebuilt for would
+  # be rebuilt on every later build, so under Makefiles each node's outputs take the time it ran (what follows
+  # them runs too).
+  set(touch "")
+  if(CMAKE_GENERATOR MATCHES "Makefiles")
+    set(touch COMMAND "${CMAKE_COMMAND}" -E touch_nocreate "${output}" ${arg_OUTPUTS})
+  endif()
+  add_custom_command(OUTPUT "${output}" ${arg_OUTPUTS}
+    COMMAND "${OFFLOAD_COMPILE}" ${phase} --depfile "${output}.d" ${arg_COMMAND} ${touch}
+    DEPENDS ${arg_DEPENDS} DEPFILE "${output}.d" COMMENT "${arg_COMMENT}" COMMAND_EXPAND_LISTS VERBATIM)
+endfunction()
+
+# offload_target_sources(<target> [ARCHS ...] [FLAGS ...] [OPENMP_FLAGS|HIP_FLAGS|CUDA_FLAGS ...] [RDC]
+#                        [LINK_LIBRARIES ...] [SOURCES] <sources>...)
+function(offload_target_sources tgt)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "RDC" ""
+    "ARCHS;FLAGS;OPENMP_FLAGS;HIP_FLAGS;CUDA_FLAGS;LINK_LIBRARIES;SOURCES")
+  list(APPEND arg_SOURCES ${arg_UNPARSED_ARGUMENTS})
+  get_target_property(type ${tgt} TYPE)
+  set(prefix "")
+  set(visibility PRIVATE)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    set(prefix INTERFACE_)
+    set(visibility INTERFACE)
+  endif()
+  if(arg_LINK_LIBRARIES)
+    target_link_libraries(${tgt} ${visibility} ${arg_LINK_LIBRARIES})
+  endif()
+  if(NOT arg_ARCHS)
+    set(arg_ARCHS "${OFFLOAD_ARCHS}")
+  endif()
+  set(base "${CMAKE_CURRENT_BINARY_DIR}/${tgt}.offload")
+  string(TOUPPER "${CMAKE_BUILD_TYPE}" config)
+  set(inc "$<TARGET_PROPERTY:${tgt},${prefix}INCLUDE_DIRECTORIES>")
+  set(def "$<TARGET_PROPERTY:${tgt},${prefix}COMPILE_DEFINITIONS>")
+  set(usage "$<$<BOOL:${inc}>:-I$<JOIN:${inc},$<SEMICOLON>-I>>" "$<$<BOOL:${def}>:-D$<JOIN:${def},$<SEMICOLON>-D>>"
+    "$<TARGET_PROPERTY:${tgt},${prefix}COMPILE_OPTIONS>")
+  if(type MATCHES "^(SHARED|MODULE)_LIBRARY$")
+    list(APPEND usage -fPIC)
+  endif()
+  set(models "")
+  set(objects "")
+  foreach(src IN LISTS arg_SOURCES)
+    get_filename_component(path "${src}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+    if(NOT EXISTS "${path}")
+      message(FATAL_ERROR " ${tgt}: offload source '${src}' not found (${path})")
+    endif()
+    _offload_model(model "${path}")
+    list(APPEND models ${model})
+    file(RELATIVE_PATH rel "${CMAKE_CURRENT_SOURCE_DIR}" "${path}")
+    string(REPLACE "../" "__/" rel "${rel}")
+    string(REGEX REPLACE "^/" "" rel "${rel}")
+    set(o "${base}/${rel}")
+    get_filename_component(dir "${o}" DIRECTORY)
+    file(MAKE_DIRECTORY "${dir}")
+
+    # Flags and target list of the source's model; their stamps.
+    set(lang CXX)
+    if(model STREQUAL "openmp" AND path MATCHES "\\.c$")
+      set(lang C)
+    endif()
+    separate_arguments(lang_flags UNIX_COMMAND "${CMAKE_${lang}_FLAGS} ${CMAKE_${lang}_FLAGS_${config}}")
+    string(TOUPPER "${model}" MODEL)
+    set(flags ${arg_FLAGS} ${arg_${MODEL}_FLAGS} ${lang_flags} ${usage})
+    set(rdc FALSE)
+    if(arg_RDC AND NOT model STREQUAL "openmp")
+      list(APPEND flags -fgpu-rdc)
+      set(rdc TRUE)
+    endif()
+    set(stamp_name "${model}.${lang}")
+    if(rdc)
+      string(APPEND stamp_name ".rdc")
+    endif()
+    set(flags_stamp "${base}/${stamp_name}.flags")
+    string(JOIN "\n" content ${flags})
+    _offload_stamp(${tgt} "${flags_stamp}" "${content}")
+    if(model STREQUAL "openmp")
+      offload_archs(archs ARCHS ${arg_ARCHS})
+    else()
+      offload_archs(archs ${MODEL} ARCHS ${arg_ARCHS})
+    endif()
+    if(NOT archs)
+      _offload_check_archs(all ${arg_ARCHS})
+      message(FATAL_ERROR " ${tgt}: '${src}' is ${MODEL}, but OFFLOAD_ARCHS '${all}' has no target for it"
+        " (HIP: gfx IDs, CUDA: sm IDs)")
+    endif()
+    string(JOIN "," list ${archs})
+    set(archs_stamp "${base}/${model}.archs")
+    _offload_stamp(${tgt} "${archs_stamp}" "${list}")
+
+    set(cuid "")
+    if(NOT rdc AND NOT model STREQUAL "openmp" AND OFFLOAD_SOURCE_ROOT)
+      set(cuid --source-root "${OFFLOAD_SOURCE_ROOT}")
+    endif()
+    set(arch_list "")
+    set(arch_list_stamp "")
+    if(model STREQUAL "cuda" AND OFFLOAD_CUDA_ARCH_LIST)
+      set(arch_list --targets "${list}")
+      set(arch_list_stamp "${archs_stamp}")
+    endif()
+
+    set(images "")
+    if(model STREQUAL "openmp")
+      _offload_command("${o}.host.bc" OUTPUTS "${o}.host.bc.identity" COMMENT "offload host ${rel}"
+        COMMAND host "${path}" -o "${o}.host.bc" -- ${flags}
+        DEPENDS "${path}" "${flags_stamp}")
+      foreach(arch IN LISTS archs)
+        string(REPLACE ":" "_" name "${arch}")
+        _offload_command("${o}.${name}.dev" COMMENT "offload device ${arch} ${rel}"
+          COMMAND device "${path}" --host-bc "${o}.host.bc" --target "${arch}" -o "${o}.${name}.dev" -- ${flags}
+          DEPENDS "${path}" "${o}.host.bc" "${flags_stamp}")
+        list(APPEND images "${o}.${name}.dev")
+      endforeach()
+      _offload_command("${o}.pkg" COMMENT "offload package ${rel}"
+        COMMAND package "${path}" ${images} --targets "${list}" -o "${o}.pkg" -- ${flags}
+        DEPENDS ${images} "${archs_stamp}")
+      _offload_command("${o}.o" COMMENT "offload embed ${rel}"
+        COMMAND embed "${path}" --host-bc "${o}.host.bc" --package "${o}.pkg" -o "${o}.o" -- ${flags}
+        DEPENDS "${o}.host.bc" "${o}.pkg" "${flags_stamp}")
+    else()
+      if(rdc)
+        set(suffix .bc)
+        if(model STREQUAL "cuda")
+          set(suffix .cubin)
+        endif()
+      elseif(model STREQUAL "hip")
+        set(suffix .hsaco)
+      else()
+        set(suffix .cubin)
+      endif()
+      foreach(arch IN LISTS archs)
+        string(REPLACE ":" "_" name "${arch}")
+        set(image "${o}.${name}${suffix}")
+        set(extra "")
+        if(model STREQUAL "cuda" AND NOT rdc)
+          set(extra "${image}.ptx")                   # the PTX the fat binary also holds
+        endif()
+        _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}"
+          COMMAND device "${path}" --target "${arch}" ${arch_list} ${cuid} -o "${image}" -- ${flags}
+          DEPENDS "${path}" "${flags_stamp}" ${arch_list_stamp})
+        list(APPEND images "${image}")
+      endforeach()
+      if(rdc)
+        set(device_side "${o}.pkg")
+        _offload_command("${o}.pkg" COMMENT "offload package ${rel}"
+          COMMAND package "${path}" ${images} --targets "${list}" -o "${o}.pkg" -- ${flags}
+          DEPENDS ${images} "${archs_stamp}")
+        set(device_option --package)
+      else()
+        set(device_side "${o}.fatbin")
+        _offload_command("${o}.fatbin" COMMENT "offload bundle ${rel}"
+          COMMAND bundle "${path}" ${images} --targets "${list}" -o "${o}.fatbin" -- ${flags}
+          DEPENDS ${images} "${archs_stamp}")
+        set(device_option --fatbin)
+      endif()
+      _offload_command("${o}.o" COMMENT "offload host ${rel}"
+        COMMAND host "${path}" ${device_option} "${device_side}" ${arch_list} ${cuid} -o "${o}.o" -- ${flags}
+        DEPENDS "${path}" "${device_side}" "${flags_stamp}" ${arch_list_stamp})
+    endif()
+    set_source_files_properties("${o}.o" PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+    list(APPEND objects "${o}.o")
+  endforeach()
+
+  # The objects, and the link flags: OpenMP programs link through offload-link with libomptarget (and run with
+  # its directory as run path), HIP/CUDA relocatable device code through offload-link.
+  target_sources(${tgt} PRIVATE ${objects})
+  set(link "")
+  if("openmp" IN_LIST models)
+    set(link ${OFFLOAD_LINK_ARGS} "LINKER:-rpath,${OFFLOAD_RUNTIME_DIR}")
+  elseif(arg_RDC)
+    set(link ${OFFLOAD_RDC_LINK_ARGS})
+  endif()
+  if(link AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR " ${tgt}: link with Clang (CMAKE_CXX_COMPILER=clang++-19): it runs offload-link as its"
+      " linker wrapper; CMAKE_CXX_COMPILER is '${CMAKE_CXX_COMPILER}' (${CMAKE_CXX_COMPILER_ID})")
+  endif()
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    target_link_libraries(${tgt} INTERFACE ${objects})
+    target_link_options(${tgt} INTERFACE ${link})
+  else()
+    set_target_properties(${tgt} PROPERTIES LINKER_LANGUAGE CXX)
+    if(type STREQUAL "STATIC_LIBRARY")
+      target_link_options(${tgt} INTERFACE ${link})
+    else()
+      target_link_options(${tgt} PRIVATE ${link})
+    endif()
+  endif()
+endfunction()
+
+function(offload_add_executable name)
+  add_executable(${name})
+  offload_target_sources(${name} ${ARGN})
+endfunction()
+
+function(offload_add_library name kind)
+  if(kind STREQUAL "OBJECT")
+    add_library(${name} INTERFACE)
+  elseif(kind MATCHES "^(STATIC|SHARED)$")
+    add_library(${name} ${kind})
+  else()
+    message(FATAL_ERROR " offload_add_library(${name} ${kind}): the kind is STATIC, SHARED or OBJECT")
+  endif()
+  offload_target_sources(${name} ${ARGN})
+endfunction()
+
+function(offload_add_object_library name)
+  offload_add_library(${name} OBJECT ${ARGN})
+endfunction()
+
+cmake_policy(POP)
