@@ -29,6 +29,15 @@ node shares), against the driver's no-op: what SCons itself costs for a graph of
 no code of ours can cut. It writes the table
 and a plot (``scale.txt``, ``scale.png``: needs matplotlib, ``pip install .[bench]``) to ``--output-dir``.
 
+``--scale --cmake`` adds CMake+Ninja rows to each point (``--cmake-only``: those alone): the same generated
+sources built by the package's CMake module (``find_package(OffloadBuilders)``, ``offload_add_executable``: one
+custom command per phase and target) and by CMake+Ninja driving the one-command driver (one ``clang++ -fopenmp
+--offload-arch=<all> -c`` per source, with the device-library flags the driver's side gets above, a plain
+``add_executable``), both at ``-j2``: the no-op (``cmake --build`` of an up-to-date tree) and, without
+``--no-op-only``, adding a target (the reconfigure with ``-DOFFLOAD_ARCHS`` and the build). These trees are always
+compiled for real (Ninja's log must hold every command for a tree to be up to date), so a large point costs a
+real build of both sides. In the table, ``ours`` is our CMake module and ``mono`` the driver under CMake.
+
 ``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
 headers: every phase node of a source depends on them (both sides).
 
@@ -41,6 +50,7 @@ each a kernel and its launch (declared by the samples' ``hip_min.h`` / ``cuda_mi
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1] [--headers 0]
     .venv/bin/python bench/bench_build.py --scale [--points 8x4,64x4,256x8] [--no-op-only] [--output-dir DIR]
     .venv/bin/python bench/bench_build.py --scale --no-op-only --model hip|cuda [--points 64x4,256x7]
+    .venv/bin/python bench/bench_build.py --scale --cmake[-only] [--no-op-only] [--points 64x4]
 """
 from __future__ import annotations
 
@@ -474,6 +484,116 @@ def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bo
     return rows
 
 
+#: ``--cmake``: the CMake+Ninja rows. One CMakeLists.txt for both sides (``-DBENCH_SIDE``): ``ours``, the
+#: package's CMake module (``offload_add_executable``: one custom command per phase and target, each through
+#: ``offload-compile`` with its depfile, the link through ``offload-link``); ``mono``, the one-command driver
+#: (one ``clang++ -fopenmp --offload-arch=<all> -c`` per source with the device-library flags the SCons driver
+#: side gets, a plain ``add_executable`` linked by the driver). ``SHELL:`` keeps CMake from de-duplicating the
+#: driver's flags.
+CMAKELISTS = textwrap.dedent("""
+    cmake_minimum_required(VERSION 3.20...4.4)
+    project(bench CXX)
+    set(BENCH_SIDE "ours" CACHE STRING "ours: the OffloadBuilders module; mono: the one-command driver")
+    file(GLOB sources "${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp")
+    list(SORT sources)
+    if(BENCH_SIDE STREQUAL "ours")
+      find_package(OffloadBuilders REQUIRED)
+      offload_add_executable(prog ${sources} FLAGS -O2)
+    else()
+      set(OFFLOAD_ARCHS "" CACHE STRING "comma-separated offload targets")
+      set(BENCH_DRIVER_FLAGS "" CACHE STRING "the driver's device-library flags (a shell-quoted string)")
+      add_executable(prog ${sources})
+      target_compile_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} ${BENCH_DRIVER_FLAGS} -O2")
+      target_link_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} -fuse-ld=lld")
+    endif()
+""")
+CMAKE = str(Path(sys.executable).with_name("cmake"))
+CMAKE_HEADER = "; CMake+Ninja rows compiled for real (ours: our CMake module; mono: the driver under CMake)"
+NINJA = str(Path(sys.executable).with_name("ninja"))
+
+
+def cmake_environ() -> dict[str, str]:
+    """The CMake runs' environment: the venv's tools (``offload-compile``, ``offload-link``) first on PATH, the
+    toolchain's clang++ as CXX (both sides)."""
+    from offload_builders.toolchain import find_toolchain
+
+    return dict(ENVIRON, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+                CXX=str(find_toolchain().clangxx))
+
+
+def cmake_tree(root: Path, sources: int) -> None:
+    """A tree of ``sources`` kernels and main.cpp (the SCons trees' generator) with :data:`CMAKELISTS`."""
+    generate(root, sources)
+    (root / "CMakeLists.txt").write_text(CMAKELISTS)
+
+
+def cmake_configure(root: Path, mode: str, archs: list[str]) -> float:
+    """Configure (or reconfigure with other targets) ``root/build`` for one side with Ninja; the time it took."""
+    import shlex
+
+    from offload_builders.device_libraries import one_command_flags
+    from offload_builders.targets import parse_offload_archs
+    from offload_builders.toolchain import find_toolchain
+
+    joined = ",".join(archs)
+    if mode == "ours":
+        done = subprocess.run([sys.executable, "-m", "offload_builders.cli.compile", "--cmake-dir"], check=True,
+                              capture_output=True, text=True, env=ENVIRON)
+        options = [f"-DOffloadBuilders_DIR={done.stdout.strip()}"]
+    else:
+        flags = one_command_flags(find_toolchain(), parse_offload_archs(joined), ["-O2"])
+        options = [f"-DBENCH_DRIVER_FLAGS={shlex.join(flags)}"]
+    command = [CMAKE, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={NINJA}", "-S", str(root), "-B", str(root / "build"),
+               f"-DBENCH_SIDE={mode}", f"-DOFFLOAD_ARCHS={joined}", *options]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=cmake_environ())
+    return time.perf_counter() - start
+
+
+def cmake_build(root: Path, jobs: int = 2) -> float:
+    """``cmake --build`` (Ninja) of a configured tree; the time it took."""
+    start = time.perf_counter()
+    subprocess.run([CMAKE, "--build", str(root / "build"), "--", f"-j{jobs}"], check=True, stdout=subprocess.DEVNULL,
+                   env=cmake_environ())
+    return time.perf_counter() - start
+
+
+def cmake_up_to_date(root: Path) -> bool:
+    """Ninja's dry run of a configured tree has no work to do (nothing would run, no regeneration either)."""
+    done = subprocess.run([NINJA, "-C", str(root / "build"), "-n"], capture_output=True, text=True, check=True,
+                          env=cmake_environ())
+    return "no work to do" in done.stdout
+
+
+def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_only: bool) -> list[Row]:
+    """``--cmake``: the CMake+Ninja rows of one point, each side's tree compiled for real (no generated trees:
+    Ninja records each command in its log, so only real builds leave a tree up to date). The no-op is
+    ``cmake --build`` of an up-to-date tree (Ninja's regeneration check and its stat of every node); adding a
+    target is the reconfigure with one more target (``-DOFFLOAD_ARCHS``) and the build, both timed."""
+    archs = MODEL_TARGETS[MODEL][:targets]
+    added = next(target for target in [*SCALE_TARGETS, "gfx1100"] if target not in archs)
+    roots = {mode: scratch / f"cmake-{mode}-{sources}x{targets}" for mode in ("ours", "mono")}
+    for mode, root in roots.items():
+        cmake_tree(root, sources)
+        cmake_configure(root, mode, archs)
+        cmake_build(root)
+
+    def noop(mode: str, root: Path) -> float:
+        cmake_build(root)  # up to date (after an add-a-target round too)
+        return cmake_build(root)
+
+    rows: list[Row] = [("CMake+Ninja: no-op rebuild, -j2", best(roots, repeat, noop))]
+    if not no_op_only:
+        def add(mode: str, root: Path) -> float:
+            cmake_configure(root, mode, archs)
+            cmake_build(root)
+            return cmake_configure(root, mode, [*archs, added]) + cmake_build(root)
+        rows.append((f"CMake+Ninja: add {added} + reconfigure, -j2", best(roots, repeat, add)))
+    for root in roots.values():
+        shutil.rmtree(root)
+    return rows
+
+
 #: The scale points' memory row (MB, not seconds: not in the plot).
 PEAK_MEMORY_ROW = "no-op peak memory (MB), one run"
 
@@ -539,25 +659,31 @@ def scale(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="offload-bench-") as scratch:
         for sources, targets in args.points:
             real = not args.no_op_only and sources <= args.real_up_to
-            results[sources, targets] = scale_point(Path(scratch), sources, targets, args.repeat, real)
+            rows = [] if args.cmake_only else scale_point(Path(scratch), sources, targets, args.repeat, real)
+            if args.cmake or args.cmake_only:
+                rows += cmake_rows(Path(scratch), sources, targets, args.repeat, args.no_op_only)
+            results[sources, targets] = rows
     args.output_dir.mkdir(parents=True, exist_ok=True)
     header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
               f" the rounds' ratios;{'' if MODEL == 'openmp' else f' {MODEL} kernels;'}"
               f" targets: the first N of {','.join(MODEL_TARGETS[MODEL])};"
               f" decider: {args.decider or 'SCons default (content)'}"
               f"{'; ours with OFFLOAD_IMAGE_GROUPS' if args.groups else ''}"
-              f"{f'; each kernel includes a chain of {HEADERS} headers' if HEADERS else ''}")
+              f"{f'; each kernel includes a chain of {HEADERS} headers' if HEADERS else ''}"
+              f"{CMAKE_HEADER if args.cmake or args.cmake_only else ''}")
     with open(args.output_dir / "scale.txt", "w") as table:
         for out in (sys.stdout, table):
             print(f"$ {Path(sys.executable).name} bench/bench_build.py {' '.join(sys.argv[1:])}", file=out)
             print(header, file=out)
             for (sources, targets), rows in results.items():
-                real = not args.no_op_only and sources <= args.real_up_to
+                real = args.cmake_only or (not args.no_op_only and sources <= args.real_up_to)
                 what = "sources + main.cpp" if MODEL == "openmp" else f"{MODEL} sources"
                 print_table(f"{sources} {what} x {targets} targets"
                             f" ({'compiled' if real else 'generated tree, see --help'})", rows, out)
     print(f"\ntable: {args.output_dir / 'scale.txt'}")
-    if plot(results, args.output_dir / "scale.png"):
+    if args.cmake_only:
+        print("no plot: --cmake-only (the plot shows the SCons rows)")
+    elif plot(results, args.output_dir / "scale.png"):
         print(f"plot: {args.output_dir / 'scale.png'}")
     else:
         print("no plot: matplotlib is not installed (pip install '.[bench]')")
@@ -587,7 +713,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=tuple(MODEL_TARGETS), default="openmp",
                         help="the sources' offload model (default openmp); hip and cuda: --scale --no-op-only only,"
                              " kernels built into objects (CUDA's driver side: Clang 22)")
+    parser.add_argument("--cmake", action="store_true",
+                        help="--scale: also the CMake+Ninja rows (no-op; without --no-op-only add-a-target too): our"
+                             " CMake module against CMake driving the one-command driver, trees compiled for real")
+    parser.add_argument("--cmake-only", action="store_true", help="--scale: the CMake+Ninja rows alone")
     args = parser.parse_args(argv)
+    if (args.cmake or args.cmake_only) and not (args.scale and args.model == "openmp"):
+        parser.error("--cmake, --cmake-only: only with --scale and the openmp model")
     if args.model != "openmp" and not (args.scale and args.no_op_only and not args.groups and not args.headers):
         parser.error(f"--model {args.model}: only with --scale --no-op-only (and neither --groups nor --headers)")
     for sources, targets in args.points:

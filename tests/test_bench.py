@@ -130,3 +130,27 @@ def test_headers_option_makes_every_kernel_depend_on_a_chain_of_headers(tmp_path
         assert _up_to_date(root, mode, ",".join(archs)), mode
         (root / "src" / "h2.h").write_text("inline int header_2() { return 22; }\n")
         assert not _up_to_date(root, mode, ",".join(archs)), mode
+
+
+def test_the_cmake_trees_configure_and_are_up_to_date_after_a_build(tmp_path):
+    """``--scale --cmake``: both sides' CMake trees (ours: the package's CMake module; mono: CMake driving the
+    one-command driver with the driver side's device-library flags) configure with Ninja, build, and are then up to
+    date (Ninja's dry run has no work); a reconfigure with one more target puts both out of date."""
+    bench = _bench()
+    archs = ["gfx90a", "sm_80"]
+    for mode in ("ours", "mono"):
+        root = tmp_path / mode
+        bench.cmake_tree(root, 2)
+        bench.cmake_configure(root, mode, archs)
+        ninja_file = (root / "build" / "build.ninja").read_text()
+        if mode == "ours":
+            assert "offload-compile" in ninja_file and "--offload-arch" not in ninja_file
+        else:
+            assert "offload-compile" not in ninja_file and "--offload-arch=gfx90a,sm_80" in ninja_file
+            assert "--rocm-device-lib-path=" in ninja_file  # the driver side's device-library flags
+        assert not bench.cmake_up_to_date(root), mode
+        bench.cmake_build(root)
+        assert (root / "build" / "prog").is_file(), mode
+        assert bench.cmake_up_to_date(root), mode
+        bench.cmake_configure(root, mode, [*archs, "gfx942"])
+        assert not bench.cmake_up_to_date(root), mode
