@@ -80,3 +80,17 @@ def write_cli_shims(directory: Path) -> Path:
         (directory / name).write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.{module} \"$@\"\n")
         (directory / name).chmod(0o755)
     return directory
+
+
+def copy_sample_for_ninja(tmp_path: Path, *build_dirs: str) -> Path:
+    """A copy of sample_project's ``build_dirs`` (the Meson or CMake project) and the sources and headers they
+    build, with a header only ``norm.cpp`` includes (touching it must rebuild ``norm.cpp``'s nodes alone) and
+    this checkout's ``offload-compile``/``offload-link`` in ``tmp_path/bin``."""
+    root = tmp_path / "sample"
+    for part in (*build_dirs, "src", "include", "hip/include", "mixed/src", "cuda/src", "cuda/include"):
+        shutil.copytree(REPO_ROOT / "sample_project" / part, root / part, ignore=shutil.ignore_patterns("build"))
+    (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
+    norm = root / "src" / "norm.cpp"
+    norm.write_text('#include "norm_only.hpp"\n' + norm.read_text())
+    write_cli_shims(tmp_path / "bin")
+    return root

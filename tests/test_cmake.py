@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, write_cli_shims
+from conftest import REPO_ROOT, copy_sample_for_ninja
 from offload_builders.toolchain import find_toolchain
 from test_process_counts import Process, read_trace
 
@@ -39,15 +39,7 @@ def cmake() -> str:
 def project(tmp_path) -> Path:
     """A copy of the sample (its CMake project, the Meson sample's test programs, sources and headers), with the
     tools of this checkout on PATH."""
-    root = tmp_path / "sample"
-    for part in ("cmake", "meson", "src", "include", "hip/include", "mixed/src", "cuda/src", "cuda/include"):
-        shutil.copytree(REPO_ROOT / "sample_project" / part, root / part, ignore=shutil.ignore_patterns("build"))
-    # A header only norm.cpp includes: touching it must rebuild norm.cpp's nodes alone.
-    (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
-    norm = root / "src" / "norm.cpp"
-    norm.write_text('#include "norm_only.hpp"\n' + norm.read_text())
-    write_cli_shims(tmp_path / "bin")
-    return root
+    return copy_sample_for_ninja(tmp_path, "cmake", "meson")
 
 
 def environ(project: Path, **extra: str) -> dict[str, str]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, write_cli_shims
+from conftest import REPO_ROOT, copy_sample_for_ninja
 from offload_builders.toolchain import find_toolchain
 
 pytestmark = pytest.mark.slow
@@ -22,15 +21,7 @@ MESON, NINJA = str(BIN / "meson"), str(BIN / "ninja")
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A copy of the sample (its Meson project, sources and headers), with the tools of this checkout on PATH."""
-    root = tmp_path / "sample"
-    for part in ("meson", "src", "include", "hip/include", "mixed/src", "cuda/src", "cuda/include"):
-        shutil.copytree(REPO_ROOT / "sample_project" / part, root / part, ignore=shutil.ignore_patterns("build"))
-    # A header only norm.cpp includes: touching it must rebuild norm.cpp's nodes alone.
-    (root / "include" / "norm_only.hpp").write_text("#pragma once\n")
-    norm = root / "src" / "norm.cpp"
-    norm.write_text('#include "norm_only.hpp"\n' + norm.read_text())
-    write_cli_shims(tmp_path / "bin")
-    return root
+    return copy_sample_for_ninja(tmp_path, "meson")
 
 
 def environ(project: Path) -> dict[str, str]:
