@@ -49,3 +49,13 @@ class BundleFormatError(OffloadFormatError):
 
 class OffloadBinaryFormatError(OffloadFormatError):
     """A clang-offload-packager offload binary (magic 0x10FF10AD) is malformed."""
+
+
+class RemoteError(OffloadError):
+    """A Remote Execution API server could not be used: unreachable, too slow, refused the request, or
+    answered something the protocol does not allow. Builds treat it as a miss, warn once and go on locally."""
+
+
+class RemoteIntegrityError(RemoteError):
+    """A blob the server sent does not match the digest it was asked for (or an action result names outputs
+    the action did not declare): the blob is discarded and the node built locally."""

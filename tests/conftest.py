@@ -94,3 +94,47 @@ def copy_sample_for_ninja(tmp_path: Path, *build_dirs: str) -> Path:
     norm.write_text('#include "norm_only.hpp"\n' + norm.read_text())
     write_cli_shims(tmp_path / "bin")
     return root
+
+
+# REAPI servers for the remote caching and execution tests (tests/remote_servers.py; ./scripts/bootstrap installs
+# them). Imported when a test asks for one, so that other tests need neither grpc nor the servers.
+def _started(start, directory: Path):
+    from remote_servers import ServerToolMissing
+
+    try:
+        return start(directory)
+    except ServerToolMissing as error:
+        pytest.fail(str(error))
+
+
+@pytest.fixture
+def buildgrid(tmp_path):
+    """A BuildGrid server of this test's own (CAS, ByteStream, ActionCache; instance ``main``): a
+    :class:`remote_servers.BuildGridServer`, started, stopped after the test. The test may stop and start it."""
+    from remote_servers import start_buildgrid
+
+    server = _started(start_buildgrid, tmp_path / "buildgrid")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def buildgrid_session(tmp_path_factory):
+    """One BuildGrid server for the whole session, for tests that only need a cache (do not stop it)."""
+    from remote_servers import start_buildgrid
+
+    server = _started(start_buildgrid, tmp_path_factory.mktemp("buildgrid"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def casd_execution(tmp_path):
+    """A buildbox-casd of this test's own with local execution (CAS, ByteStream, ActionCache, Execution; instance
+    ``main``): a :class:`remote_servers.ExecutionServer`, started, stopped after the test. Actions run in a
+    bubblewrap sandbox rooted at their input root, with the host's /usr bound read-only."""
+    from remote_servers import start_buildbox_casd
+
+    server = _started(start_buildbox_casd, tmp_path / "casd")
+    yield server
+    server.stop()

@@ -43,6 +43,7 @@ from offload_builders.content_records import ContentRecords
 from offload_builders.driver import BoundCommand, memoized, portable_signature
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name, row
+from offload_builders.scons.remote import RemoteListAction, SideStep
 from offload_builders.targets import TargetID, offload_arch_words, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
 
@@ -415,7 +416,7 @@ def side_path(env, node, suffix: str) -> str:
     return partial_path(env, node) + suffix
 
 
-class RemoveSideFile(SCons.Action.ActionBase):
+class RemoveSideFile(SideStep, SCons.Action.ActionBase):
     """The last step of a node whose steps pass a file along (:func:`side_path`): the file is in the target
     now. Its signature is its description (a function action's would be its code's bytes, so editing the
     function would rebuild every such node)."""
@@ -638,6 +639,12 @@ class PhaseCommandAction(CachingLazyAction):
         if renderer is None:
             return super().process(target, source, env, executor, overrides)
         return [_literal(self._render(renderer, target, source, env, executor, False))], False, False
+
+    def argv(self, target, source, env, executor=None) -> list[str] | None:
+        """The words the node runs, where the variable is just one of our renderers (None otherwise: a
+        command of the user's, a function): what remote execution sends."""
+        renderer = self._node_renderer(executor.get_all_targets() if executor else target, env)
+        return None if renderer is None else self._render(renderer, target, source, env, executor, False)
 
     def get_targets(self, env, executor):
         # A lazy action would make an action of the renderer (and hash its code) to answer this.
@@ -886,8 +893,15 @@ def _spawn_link_job(cache, shell: str, escape, command: str, args: list[str], en
     return _spawn_argv(shell, escape, command, list(job or args), environ)
 
 
+def node_action(actions: Sequence) -> RemoteListAction:
+    """The action list of an offload node: its steps, which start by sweeping leftovers (:data:`REMOVE_STALE`)
+    and commit with :data:`COMMIT`, asking the remote cache first where ``$OFFLOAD_REMOTE`` names one
+    (:class:`offload_builders.scons.remote.RemoteListAction`; its signature is the list's own)."""
+    return RemoteListAction(list(actions), sweep=REMOVE_STALE, commit=COMMIT)
+
+
 def phase_action(phase: str) -> SCons.Action.ListAction:
-    return SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction(phase), COMMIT])
+    return node_action([REMOVE_STALE, PhaseCommandAction(phase), COMMIT])
 
 
 def check_tools_for(env, targets: Sequence[TargetID]) -> None:
@@ -1296,7 +1310,7 @@ def function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | Non
                     command: type[PhaseCommandAction] = PhaseCommandAction) -> SCons.Action.ListAction:
     """Like :func:`phase_action` for phases whose ``$OFFLOAD_<PHASE>COM`` may be a Python function
     (``varlist``: what its signature reads, default :data:`FUNCTION_PHASE_VARLIST`)."""
-    return SCons.Action.ListAction([
+    return node_action([
         REMOVE_STALE, *before,
         command(phase, FUNCTION_PHASE_VARLIST if varlist is None else varlist),
         COMMIT, *after,

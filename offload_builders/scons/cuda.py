@@ -73,6 +73,7 @@ from offload_builders.scons.common import (
     compile_flags,
     mark_model,
     model_targets_for,
+    node_action,
     node_flags,
     node_memo,
     override_environment,
@@ -227,8 +228,7 @@ def _arch_list_values(template: CommandTemplate, env, target, source, for_signat
 #: The device compile to PTX and ``ptxas``, one node whose targets are the cubin and the PTX (the fat binary
 #: holds both).
 _DEVICE_BUILDER = SCons.Builder.Builder(
-    action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"),
-                                    COMMIT]),
+    action=node_action([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"), COMMIT]),
     source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 _FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"))
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))

@@ -112,6 +112,7 @@ from offload_builders.scons.common import (
     depend_on_device_libraries,
     mark_model,
     model_targets_for,
+    node_action,
     node_flags,
     node_memo,
     override_environment,
@@ -322,7 +323,7 @@ def offload_bundle(target, source, env) -> int:
 def _bundle_action() -> SCons.Action.ListAction:
     """Like ``phase_action('BUNDLE')``, with the bundle's parameters in the signature: the default
     command is a Python function, whose own signature is only its code."""
-    return SCons.Action.ListAction([
+    return node_action([
         REMOVE_STALE,
         CachingLazyAction("OFFLOAD_BUNDLECOM",
                           {"cmdstr": "$OFFLOAD_BUNDLECOMSTR", "varlist": ("_OFFLOAD_BUNDLE_SIG",)}),
@@ -335,8 +336,8 @@ _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_sc
                                         single_source=True)
 #: Not RDC: the device compile and its link to the code object, one node (its target the code object).
 _DEVICE_AND_LINK_BUILDER = SCons.Builder.Builder(
-    action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("DEVICELINK"),
-                                    COMMIT, RemoveSideFile(DEVICE_OBJECT_SUFFIX, "the device object")]),
+    action=node_action([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("DEVICELINK"),
+                        COMMIT, RemoveSideFile(DEVICE_OBJECT_SUFFIX, "the device object")]),
     source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 _BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
 _PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))

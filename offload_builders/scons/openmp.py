@@ -51,6 +51,7 @@ from offload_builders.scons.common import (
     deploy_devices,
     mark_model,
     model_targets_for,
+    node_action,
     node_memo,
     override_environment,
     own_outputs,
@@ -256,8 +257,7 @@ class _SourceIdentityAction(SCons.Action.ActionBase):
 
 
 # The phase builders have no emitter: object_emitter hands their nodes to own_outputs itself.
-_HOST_BUILDER = SCons.Builder.Builder(action=SCons.Action.ListAction([_SourceIdentityAction(),
-                                                                     *phase_action("HOST").list]),
+_HOST_BUILDER = SCons.Builder.Builder(action=node_action([_SourceIdentityAction(), *phase_action("HOST").list]),
                                       source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 
 
@@ -266,8 +266,8 @@ _DEVICE_BUILDER = SCons.Builder.Builder(action=phase_action("DEVICE"), source_sc
 
 #: NVPTX: the device compile to PTX and ``ptxas``, one node (its target the cubin).
 _NVPTX_DEVICE_BUILDER = SCons.Builder.Builder(
-    action=SCons.Action.ListAction([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"),
-                                    COMMIT, RemoveSideFile(PTX_SUFFIX, "the PTX")]),
+    action=node_action([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"),
+                        COMMIT, RemoveSideFile(PTX_SUFFIX, "the PTX")]),
     source_scanner=SHARED_SOURCE_SCANNER)
 
 
@@ -413,7 +413,7 @@ RENDERERS: dict[str, Renderer] = {
 
 #: The action of an object this model makes from a source: the package step, then the embed step, which
 #: reads the package and commits the object.
-OBJECT_ACTION = SCons.Action.ListAction([
+OBJECT_ACTION = node_action([
     REMOVE_STALE,
     SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR"),
     *phase_action("EMBED").list[1:],

@@ -1,0 +1,190 @@
+"""A build's remote cache: look a node's Action up before it runs, store its outputs after.
+
+A hit writes every output to the place the caller names (its ``.partial`` path), each checked against its
+digest before it is written; only when all are there does the caller move them into place, so a failed or
+interrupted download never leaves an output a later build takes as up to date. A miss, a server that cannot
+be reached or answers out of protocol, or a blob that does not match its digest is never an error: the node
+is built locally. An unusable server is warned about once and not asked again in this process (a down or
+slow server would otherwise cost every node its timeout); a bad blob is warned about each time.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from offload_builders.errors import RemoteError, RemoteIntegrityError
+from offload_builders.remote.actions import ActionMessages
+from offload_builders.remote.digests import Digest, digest_of_file
+
+
+class RemoteCache:
+    """One server's cache, shared by a build's nodes (thread-safe: SCons runs nodes in threads under ``-j``)."""
+
+    def __init__(self, url: str, environ: Mapping[str, str], warn: Callable[[str], None]) -> None:
+        self.url = url
+        self._environ = dict(environ)
+        self._warn = warn
+        self._client = None
+        self._lock = threading.Lock()
+        #: Why the server is no longer asked (None while it is).
+        self.disabled: str | None = None
+        #: hits, misses, stored, integrity (bad blobs), errors.
+        self.counts: Counter[str] = Counter()
+
+    def _connection(self):  # noqa: ANN202 - RemoteClient, imported only when a remote is configured
+        with self._lock:
+            if self.disabled is not None:
+                return None
+            if self._client is None:
+                from offload_builders.remote.client import RemoteClient, RemoteSettings
+
+                try:
+                    self._client = RemoteClient(RemoteSettings.from_url(self.url, self._environ))
+                except RemoteError as error:
+                    self._give_up(error)
+                    return None
+            return self._client
+
+    def _give_up(self, error: RemoteError) -> None:
+        """Called with the lock held or from a node's thread: warn once, stop asking."""
+        if self.disabled is None:
+            self.disabled = str(error)
+            self.counts["errors"] += 1
+            self._warn(f"remote {self.url} not used for the rest of this build ({error}); building locally")
+
+    def _failed(self, error: RemoteError) -> None:
+        with self._lock:
+            self._give_up(error)
+
+    def fetch(self, messages: ActionMessages, destinations: Mapping[str, str]) -> bool:
+        """On a hit, write each output (relative path -> where to write it) and answer True. Anything else
+        (miss, error, bad blob) leaves none of the destinations behind and answers False."""
+        client = self._connection()
+        if client is None:
+            return False
+        from offload_builders.remote.client import from_proto
+
+        written: list[str] = []
+        try:
+            result = client.get_action_result(messages.action_digest)
+            if result is None:
+                self.counts["misses"] += 1
+                return False
+            files = {entry.path: entry for entry in result.output_files}
+            if (result.exit_code != 0 or set(files) != set(destinations) or len(files) != len(result.output_files)
+                    or result.output_directories or result.output_file_symlinks or result.output_symlinks):
+                raise RemoteIntegrityError(
+                    f"the result of action {messages.action_digest} names outputs {sorted(files)}, exit status "
+                    f"{result.exit_code}; the node declares {sorted(destinations)}")
+            for path, entry in files.items():
+                destination = destinations[path]
+                written.append(destination)
+                client.download_to(from_proto(entry.digest), Path(destination))
+                if entry.is_executable:
+                    os.chmod(destination, os.stat(destination).st_mode | 0o111)
+            self.counts["hits"] += 1
+            return True
+        except RemoteIntegrityError as error:
+            self.counts["integrity"] += 1
+            self._warn(f"remote cache: {error}; building {', '.join(sorted(destinations))} locally")
+        except RemoteError as error:
+            self._failed(error)
+        for destination in written:
+            try:
+                os.unlink(destination)
+            except FileNotFoundError:
+                pass
+        return False
+
+    def execute(self, messages: ActionMessages, inputs: Mapping[Digest, str], destinations: Mapping[str, str]
+                ) -> bool:
+        """Run the Action on the server's workers (REAPI ``Execute``): upload what it reads (``inputs``: the input
+        files by digest, then the Action, Command and input tree), wait, and write each output to its
+        destination, checked. False, with nothing left behind, where it could not run there or failed: the
+        caller runs it here, which shows the tool's own diagnostics. A failure to reach the server is warned
+        about once; a command that fails there is warned about each time, with its exit status."""
+        client = self._connection()
+        if client is None:
+            return False
+        from offload_builders.remote.client import from_proto
+
+        written: list[str] = []
+        try:
+            missing = client.find_missing([*messages.blobs, *inputs])
+            client.upload_files({digest: Path(path) for digest, path in inputs.items() if digest in missing})
+            client.upload_blobs({digest: data for digest, data in messages.blobs.items() if digest in missing})
+            response = client.execute(messages.action_digest)
+            result = response.result
+            if result.exit_code != 0:
+                stderr = result.stderr_raw.decode(errors="replace").strip().splitlines()
+                self._warn(f"remote execution of {', '.join(sorted(destinations))} exited with status "
+                           f"{result.exit_code}{': ' + stderr[-1] if stderr else ''}; running it here")
+                self.counts["failed"] += 1
+                return False
+            files = {entry.path: entry for entry in result.output_files}
+            if set(files) != set(destinations):
+                raise RemoteIntegrityError(f"remote execution returned {sorted(files)}; the node declares "
+                                           f"{sorted(destinations)}")
+            for path, entry in files.items():
+                written.append(destinations[path])
+                client.download_to(from_proto(entry.digest), Path(destinations[path]))
+            self.counts["executed"] += 1
+            return True
+        except RemoteIntegrityError as error:
+            self.counts["integrity"] += 1
+            self._warn(f"remote execution: {error}; running it here")
+        except RemoteError as error:
+            self._failed(error)
+        for destination in written:
+            try:
+                os.unlink(destination)
+            except FileNotFoundError:
+                pass
+        return False
+
+    def store(self, messages: ActionMessages, outputs: Mapping[str, str], executable: frozenset[str] = frozenset()
+              ) -> None:
+        """Upload a locally built node's outputs (relative path -> file) and its Action, Command and input tree,
+        then its result. Errors are warned about (once) and otherwise ignored: the build has its outputs."""
+        client = self._connection()
+        if client is None:
+            return
+        from offload_builders.remote.client import to_proto
+        from offload_builders.remote.protos import remote_execution_pb2
+
+        try:
+            files = {path: digest_of_file(local) for path, local in outputs.items()}
+            missing = client.find_missing([*messages.blobs, *files.values()])
+            client.upload_blobs({digest: data for digest, data in messages.blobs.items() if digest in missing})
+            by_digest: dict[Digest, Path] = {digest: Path(outputs[path]) for path, digest in files.items()}
+            client.upload_files({digest: local for digest, local in by_digest.items() if digest in missing})
+            result = remote_execution_pb2.ActionResult(exit_code=0)
+            for path in sorted(files):
+                result.output_files.add(path=path, digest=to_proto(files[path]), is_executable=path in executable)
+            client.update_action_result(messages.action_digest, result)
+            self.counts["stored"] += 1
+        except RemoteError as error:
+            self._failed(error)
+        except OSError as error:  # an output removed under us: nothing to share
+            self._warn(f"remote cache: not storing {', '.join(sorted(outputs))}: {error}")
+
+
+_CACHES: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def remote_cache(url: str, environ: Mapping[str, str], warn: Callable[[str], None]) -> RemoteCache:
+    """The process's cache for ``url`` (and the ``OFFLOAD_REMOTE_*`` settings in ``environ``): one per build, so
+    that a server found unusable is warned about once."""
+    settings = tuple(sorted((name, value) for name, value in environ.items() if name.startswith("OFFLOAD_REMOTE")))
+    with _CACHES_LOCK:
+        cache = _CACHES.get((url, settings))
+        if cache is None:
+            cache = _CACHES[(url, settings)] = RemoteCache(url, environ, warn)
+        return cache
+
+
+__all__ = ["RemoteCache", "remote_cache"]

@@ -1,0 +1,236 @@
+"""The remote cache for the ``offload`` tool's nodes: ``$OFFLOAD_REMOTE`` (``grpc://HOST:PORT[/INSTANCE]``).
+
+Every offload node (host front end, device compiles and links, bundles, packages, embeds, extraction,
+registration code) runs through :class:`RemoteListAction`: when SCons decides to build it, its Action
+(:func:`offload_builders.remote.actions.cache_key`) is looked up first; a hit downloads the outputs, checked
+against their digests, into the ``.partial`` names and commits them as a local run would, and nothing runs. A
+miss runs the node and uploads its outputs. The key is made of what SCons signs the node by, so it is no
+weaker than SCons' own rebuild decision: the steps' signatures (the checkout's path replaced where sound), the
+content of every file the node depends on (its sources, the headers the scanner found, ``Depends``) by path
+under the checkout, and for files and programs outside the checkout their path and content digest.
+
+OpenMP's host front end signs the identity (device, inode) of each file it reads
+(:mod:`offload_builders.source_identity`), so OpenMP nodes share only with builds of the same files on the
+same machine: their target-region names hold the inode (see the README, "Remote cache and execution").
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+
+import SCons.Action
+import SCons.Node.FS
+import SCons.Node.Python
+import SCons.Warnings
+
+from offload_builders.remote.actions import (
+    ContentDigests,
+    NodeJob,
+    cache_key,
+    command_action,
+    outside_file_line,
+    relative_path,
+)
+from offload_builders.remote.cache import RemoteCache, remote_cache
+from offload_builders.remote.digests import Digest
+from offload_builders.source_identity import file_identity
+
+#: The flag of an OpenMP device compile (``-cc1``), whose output depends on the inode of the files it reads.
+OPENMP_DEVICE_FLAG = "-fopenmp-is-target-device"
+
+
+class OffloadRemoteWarning(SCons.Warnings.WarningOnByDefault):
+    """The remote cache could not be used, or sent something that did not match: the build goes on locally."""
+
+
+def _warn(message: str) -> None:
+    SCons.Warnings.warn(OffloadRemoteWarning, message)
+
+
+def remote_url(env) -> str | None:
+    """``$OFFLOAD_REMOTE``, else the environment variable of that name; None (or empty): no remote cache."""
+    value = env.get("OFFLOAD_REMOTE")
+    if value is None:
+        value = os.environ.get("OFFLOAD_REMOTE")
+    value = env.subst(value) if isinstance(value, str) and "$" in value else value
+    return value or None
+
+
+def remote_execute_url(env) -> str | None:
+    """``$OFFLOAD_REMOTE_EXECUTE`` (or the environment variable): where device compiles, assembles and device
+    links run (REAPI ``Execute``); None: here."""
+    value = env.get("OFFLOAD_REMOTE_EXECUTE")
+    if value is None:
+        value = os.environ.get("OFFLOAD_REMOTE_EXECUTE")
+    return value or None
+
+
+def remote_cache_for(env, url: str | None = None) -> RemoteCache | None:
+    """The build's cache at ``url`` (default ``$OFFLOAD_REMOTE``, else the executor's own action cache)."""
+    url = url or remote_url(env) or remote_execute_url(env)
+    if url is None:
+        return None
+    settings = dict(os.environ)
+    for name in ("OFFLOAD_REMOTE_INSTANCE", "OFFLOAD_REMOTE_HEADERS", "OFFLOAD_REMOTE_TIMEOUT", "OFFLOAD_REMOTE_CA",
+                 "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY", "OFFLOAD_REMOTE_RETRIES"):
+        if env.get(name) is not None:
+            settings[name] = str(env[name])
+    return remote_cache(url, settings, _warn)
+
+
+#: A program's stamp as :func:`offload_builders.scons.common.program_stamp` writes it: machine-local (a
+#: modification time), so the key names the program by its content instead.
+_PROGRAM_STAMP = re.compile(r"^(/.*) (?:size=\d+ mtime_ns=\d+|\(missing\))$")
+
+#: Files under the checkout change during a build (they are other nodes' outputs): hashed by stat, per file.
+_INSIDE_DIGESTS = ContentDigests()
+
+
+def _value_line(node) -> str:
+    contents = node.get_contents()
+    text = contents.decode("utf-8", "surrogateescape") if isinstance(contents, bytes) else str(contents)
+    stamp = _PROGRAM_STAMP.match(text)
+    if stamp:
+        return outside_file_line(stamp.group(1))
+    return f"value {text}"
+
+
+def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> NodeJob | None:
+    """The node as the remote cache keys it; None where it cannot be cached (an output or input that is not a
+    file under the checkout... an output outside the checkout)."""
+    root = env.fs.Top.get_abspath()
+    targets = executor.get_all_targets() if executor else target
+    outputs = []
+    for node in targets:
+        relative = relative_path(node.get_abspath(), root)
+        if relative is None or not isinstance(node, SCons.Node.FS.File):
+            return None
+        outputs.append(relative)
+    steps = []
+    for step in action.list:
+        contents = step.get_contents(targets, executor.get_all_sources() if executor else source, env)
+        steps.append(contents.decode("utf-8", "surrogateescape") if isinstance(contents, bytes) else str(contents))
+    inputs: dict[str, Digest] = {}
+    salt_lines: list[str] = []
+    children = executor.get_all_children() if executor else [child for node in targets for child in node.children()]
+    for child in children:
+        if isinstance(child, SCons.Node.Python.Value):
+            salt_lines.append(_value_line(child))
+            continue
+        if not isinstance(child, SCons.Node.FS.Base):
+            salt_lines.append(f"node {child}")
+            continue
+        path = child.rfile().get_abspath() if isinstance(child, SCons.Node.FS.File) else child.get_abspath()
+        relative = relative_path(path, root)
+        if relative is None:
+            salt_lines.append(outside_file_line(path))
+        elif os.path.isfile(path):
+            digest = _INSIDE_DIGESTS(path)
+            if digest is None:
+                return None
+            inputs[relative] = digest
+        else:
+            salt_lines.append(f"not a file {relative}")
+    if any(OPENMP_DEVICE_FLAG in step for step in steps):
+        # An OpenMP device compile keeps the regions whose names (the inode of each file it reads) the host
+        # bitcode lists: the same bytes from another file give no kernels, so the files' identity is keyed too
+        # (an output made from a re-created file is never shared with a build whose files have their own).
+        salt_lines += [file_identity(os.path.join(root, relative)) for relative in inputs]
+    return NodeJob(root=root, steps=tuple(steps), inputs=inputs, salt_lines=tuple(sorted(set(salt_lines))),
+                   outputs=tuple(outputs))
+
+
+def _print_line(text: str, target, source, env) -> None:
+    """What SCons does with a command's line: ``$PRINT_CMD_LINE_FUNC``, else standard output."""
+    print_function = env.get("PRINT_CMD_LINE_FUNC")
+    if print_function:
+        print_function(text, target, source, env)
+    else:
+        sys.stdout.write(text + "\n")
+
+
+class RemoteListAction(SCons.Action.ListAction):
+    """A node's list of actions that asks ``$OFFLOAD_REMOTE`` first (see the module's docstring).
+
+    Its signature, string and everything SCons records are the list's own, so setting or unsetting the
+    remote rebuilds nothing. ``sweep`` and ``commit`` are the node's own first and committing steps: a hit
+    sweeps what interrupted runs left, downloads into the ``.partial`` names, and commits."""
+
+    def __init__(self, actions, sweep: SCons.Action.ActionBase, commit: SCons.Action.ActionBase) -> None:
+        super().__init__(actions)
+        self.sweep = sweep
+        self.commit = commit
+
+    def __call__(self, target, source, env, exitstatfunc=SCons.Action._null, presub=SCons.Action._null,
+                 show=SCons.Action._null, execute=SCons.Action._null, chdir=SCons.Action._null, executor=None):
+        run = SCons.Action.execute_actions if execute is SCons.Action._null else execute
+        cache = remote_cache_for(env) if run else None
+        job = node_job(self, target, source, env, executor) if cache is not None else None
+        if cache is None or job is None:
+            return super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
+        targets = executor.get_all_targets() if executor else target
+        sources = executor.get_all_sources() if executor else source
+        messages = cache_key(job)
+        self.sweep.execute(targets, sources, env)
+        suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
+        destinations = {relative: str(node) + suffix for relative, node in zip(job.outputs, targets)}
+        printing = SCons.Action.print_actions if show is SCons.Action._null else show
+        if cache.fetch(messages, destinations):
+            if printing:
+                _print_line(f"remote cache: {' '.join(str(node) for node in targets)}", targets, sources, env)
+            return self.commit.execute(targets, sources, env)
+        if self._executed_remotely(job, targets, sources, env, executor, suffix):
+            if printing:
+                _print_line(f"remote execution: {' '.join(str(node) for node in targets)}", targets, sources, env)
+            status = self.commit.execute(targets, sources, env)
+        else:
+            status = super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
+        if status == 0:
+            outputs: Mapping[str, str] = {relative: node.get_abspath() for relative, node in zip(job.outputs, targets)}
+            if all(os.path.isfile(path) for path in outputs.values()):
+                cache.store(messages, outputs)
+        return status
+
+    def _executed_remotely(self, job: NodeJob, targets, sources, env, executor, suffix: str) -> bool:
+        """Run the node's commands on ``$OFFLOAD_REMOTE_EXECUTE``'s workers, where it names one and the node's
+        steps are all commands of ours (a device compile, its assemble or link): one ``sh -c`` running them in
+        order from the input root, its outputs the ``.partial`` files, downloaded here."""
+        url = remote_execute_url(env)
+        if url is None:
+            return False
+        commands = []
+        for step in self.list:
+            if step is self.sweep or step is self.commit or isinstance(step, SideStep):
+                continue
+            argv = step.argv(targets, sources, env, executor) if hasattr(step, "argv") else None
+            if argv is None or OPENMP_DEVICE_FLAG in argv:
+                # An OpenMP device compile names regions by the inode of the source it reads, which in a
+                # worker's sandbox is not the one the host front end saw here: it would emit no kernels.
+                return False
+            commands.append(" ".join(shlex.quote(word) for word in argv))
+        service = remote_cache_for(env, url)
+        if not commands or service is None:
+            return False
+        partials = tuple(f"{relative}{suffix}" for relative in job.outputs)
+        remote_job = dataclasses.replace(job, outputs=partials)
+        messages = command_action([SHELL, "-c", " && ".join(commands)], remote_job, environment=EXECUTE_ENVIRONMENT)
+        inputs = {digest: os.path.join(job.root, relative) for relative, digest in job.inputs.items()}
+        destinations = {partial: os.path.join(job.root, partial) for partial in partials}
+        return service.execute(messages, inputs, destinations)
+
+
+#: The shell a remote node's commands run in, and its environment (the commands name their programs by path).
+SHELL = "/bin/sh"
+EXECUTE_ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
+class SideStep:
+    """Marks a step of a node's list that only tidies up here (removes a scratch file or directory): remote
+    execution skips it."""
+
+
+__all__ = ["OffloadRemoteWarning", "RemoteListAction", "node_job", "remote_cache_for", "remote_url"]
