@@ -240,3 +240,30 @@ def test_a_wrong_instance_name_gives_a_local_build_and_one_warning(buildgrid, tm
     assert len(warnings(build)) == 1 and "no-such-instance" in warnings(build)[0], build.output
     assert len([p for p in processes if "-fcuda-is-device" in p.argv]) == 4
     same_outputs(checkout, reference)
+
+
+def test_device_compiles_run_on_a_remote_executor(casd_execution, tmp_path, traced):
+    """$OFFLOAD_REMOTE_EXECUTE: buildbox-casd's execution service (bubblewrap sandboxes rooted at each
+    Action's input root, the host's /usr bound read-only) runs the HIP and CUDA device compiles and assembles;
+    OpenMP's device compiles stay here (a sandbox's copy of the source has another inode). The outputs are
+    those of a local build, byte for byte, and the program runs."""
+    reference = copy_sample(tmp_path / "reference")
+    traced(reference, SAMPLE_TARGET, env=build_env(tmp_path))
+    checkout = copy_sample(tmp_path / "checkout")
+    env = build_env(tmp_path, OFFLOAD_REMOTE_EXECUTE=casd_execution.remote)
+    build, processes = traced(checkout, SAMPLE_TARGET, env=env)
+    assert not warnings(build), build.output
+    assert [p for p in hip_cuda_compiles(processes) if "-fcuda-is-device" in p.argv or p.program == "ptxas"] == []
+    executed = {line.split()[2] for line in build.output.splitlines() if line.startswith("remote execution: ")}
+    # Every HIP and CUDA device compile (with its link or ptxas) ran there; so did their host compiles.
+    device = {f"{SAMPLE_TARGET}/{name}" for name in ("plain_hip.gfx90a.hsaco", "scale_hip.gfx90a.dev.bc",
+                                                     "rescale_hip.gfx90a.dev.bc", "scale.sm_80.cubin",
+                                                     "shift.sm_80.cubin", "offset.sm_80.cubin")}
+    assert device <= executed, sorted(executed)
+    assert {f"{SAMPLE_TARGET}/{name}.o" for name in ("plain_hip", "scale", "shift")} <= executed
+    assert not [name for name in executed if "omp_part" in name], sorted(executed)
+    assert len([p for p in processes if "-fopenmp-is-target-device" in p.argv]) == 3
+    ours, theirs = checkout / SAMPLE_TARGET, reference / SAMPLE_TARGET
+    for name in HIP_CUDA_OUTPUTS:
+        assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+    assert (ours / "hetero.run.log").read_text() == (theirs / "hetero.run.log").read_text()

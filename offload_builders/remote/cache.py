@@ -14,10 +14,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from offload_builders.errors import RemoteError, RemoteIntegrityError
 from offload_builders.remote.actions import ActionMessages
 from offload_builders.remote.digests import Digest, digest_of_file
+
+if TYPE_CHECKING:  # imported when a remote is configured: it needs the extra 'remote' (grpcio)
+    from offload_builders.remote.client import RemoteClient
 
 
 class RemoteCache:
@@ -27,14 +31,14 @@ class RemoteCache:
         self.url = url
         self._environ = dict(environ)
         self._warn = warn
-        self._client = None
+        self._client: RemoteClient | None = None
         self._lock = threading.Lock()
         #: Why the server is no longer asked (None while it is).
         self.disabled: str | None = None
         #: hits, misses, stored, integrity (bad blobs), errors.
         self.counts: Counter[str] = Counter()
 
-    def _connection(self):  # noqa: ANN202 - RemoteClient, imported only when a remote is configured
+    def _connection(self) -> RemoteClient | None:
         with self._lock:
             if self.disabled is not None:
                 return None

@@ -160,7 +160,7 @@ class RemoteListAction(SCons.Action.ListAction):
     remote rebuilds nothing. ``sweep`` and ``commit`` are the node's own first and committing steps: a hit
     sweeps what interrupted runs left, downloads into the ``.partial`` names, and commits."""
 
-    def __init__(self, actions, sweep: SCons.Action.ActionBase, commit: SCons.Action.ActionBase) -> None:
+    def __init__(self, actions, sweep: SCons.Action.FunctionAction, commit: SCons.Action.FunctionAction) -> None:
         super().__init__(actions)
         self.sweep = sweep
         self.commit = commit
