@@ -250,7 +250,7 @@ def test_device_compiles_run_on_a_remote_executor(casd_execution, tmp_path, trac
     reference = copy_sample(tmp_path / "reference")
     traced(reference, SAMPLE_TARGET, env=build_env(tmp_path))
     checkout = copy_sample(tmp_path / "checkout")
-    env = build_env(tmp_path, OFFLOAD_REMOTE_EXECUTE=casd_execution.remote)
+    env = build_env(tmp_path, OFFLOAD_REMOTE_EXECUTE=casd_execution.remote, OFFLOAD_REMOTE_PLATFORM="OSFamily=linux")
     build, processes = traced(checkout, SAMPLE_TARGET, env=env)
     assert not warnings(build), build.output
     assert [p for p in hip_cuda_compiles(processes) if "-fcuda-is-device" in p.argv or p.program == "ptxas"] == []
@@ -267,3 +267,14 @@ def test_device_compiles_run_on_a_remote_executor(casd_execution, tmp_path, trac
     for name in HIP_CUDA_OUTPUTS:
         assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
     assert (ours / "hetero.run.log").read_text() == (theirs / "hetero.run.log").read_text()
+
+
+def test_an_executor_without_matching_workers_gives_a_local_build_and_one_warning(casd_execution, tmp_path, traced):
+    """A platform no worker has: the server refuses the Action; the build says so once and compiles here."""
+    reference = local_reference(tmp_path, traced)
+    checkout = hip_checkout(tmp_path / "checkout")
+    env = build_env(tmp_path, OFFLOAD_REMOTE_EXECUTE=casd_execution.remote, OFFLOAD_REMOTE_PLATFORM="ISA=riscv64")
+    build, processes = traced(checkout, env=env)
+    assert len(warnings(build)) == 1, build.output
+    assert len([p for p in processes if "-fcuda-is-device" in p.argv]) == 4
+    same_outputs(checkout, reference)

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Mapping
 
 import SCons.Action
+import SCons.Errors
 import SCons.Node.FS
 import SCons.Node.Python
 import SCons.Warnings
@@ -217,10 +218,30 @@ class RemoteListAction(SCons.Action.ListAction):
             return False
         partials = tuple(f"{relative}{suffix}" for relative in job.outputs)
         remote_job = dataclasses.replace(job, outputs=partials)
-        messages = command_action([SHELL, "-c", " && ".join(commands)], remote_job, environment=EXECUTE_ENVIRONMENT)
+        messages = command_action([SHELL, "-c", " && ".join(commands)], remote_job, environment=EXECUTE_ENVIRONMENT,
+                                  platform=platform_properties(env))
         inputs = {digest: os.path.join(job.root, relative) for relative, digest in job.inputs.items()}
         destinations = {partial: os.path.join(job.root, partial) for partial in partials}
         return service.execute(messages, inputs, destinations)
+
+
+def platform_properties(env) -> dict[str, str]:
+    """``$OFFLOAD_REMOTE_PLATFORM`` (or the environment variable): ``NAME=VALUE`` entries, comma-separated, the
+    Platform of every executed Action. Servers pick the workers by it (an image with the same toolchain: the
+    commands name their programs by absolute path); it is part of the Action's key."""
+    value = env.get("OFFLOAD_REMOTE_PLATFORM")
+    if value is None:
+        value = os.environ.get("OFFLOAD_REMOTE_PLATFORM", "")
+    properties: dict[str, str] = {}
+    for entry in str(value).split(","):
+        if not entry.strip():
+            continue
+        name, equals, text = entry.partition("=")
+        if not equals or not name.strip():
+            raise SCons.Errors.UserError(f"$OFFLOAD_REMOTE_PLATFORM={value!r}: entry {entry!r} is not NAME=VALUE "
+                                         "(e.g. OSFamily=linux,container-image=docker://...)")
+        properties[name.strip()] = text.strip()
+    return properties
 
 
 #: The shell a remote node's commands run in, and its environment (the commands name their programs by path).
