@@ -278,3 +278,21 @@ def test_an_executor_without_matching_workers_gives_a_local_build_and_one_warnin
     assert len(warnings(build)) == 1, build.output
     assert len([p for p in processes if "-fcuda-is-device" in p.argv]) == 4
     same_outputs(checkout, reference)
+
+
+def test_a_server_that_never_answers_costs_one_timeout_and_one_warning(tmp_path, traced):
+    """A listening socket that never speaks gRPC (a hung server, a firewall that drops): the first call
+    times out ($OFFLOAD_REMOTE_TIMEOUT), the build warns once and asks no more."""
+    import socket
+
+    reference = local_reference(tmp_path, traced)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        checkout = hip_checkout(tmp_path / "checkout")
+        env = build_env(tmp_path, OFFLOAD_REMOTE=f"grpc://127.0.0.1:{port}/main", OFFLOAD_REMOTE_TIMEOUT="1",
+                        OFFLOAD_REMOTE_RETRIES="0")
+        build, processes = traced(checkout, env=env)
+    assert len(warnings(build)) == 1 and "DEADLINE_EXCEEDED" in warnings(build)[0], build.output
+    same_outputs(checkout, reference)
