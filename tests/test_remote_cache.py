@@ -296,3 +296,17 @@ def test_a_server_that_never_answers_costs_one_timeout_and_one_warning(tmp_path,
         build, processes = traced(checkout, env=env)
     assert len(warnings(build)) == 1 and "DEADLINE_EXCEEDED" in warnings(build)[0], build.output
     same_outputs(checkout, reference)
+
+
+def test_without_the_remote_extra_the_build_is_local_with_one_warning(tmp_path, traced):
+    """$OFFLOAD_REMOTE set where the REAPI client cannot be imported (here a `buildgrid` package without the
+    stubs shadows buildgrid-common): one warning naming the extra, a local build."""
+    reference = local_reference(tmp_path, traced)
+    shadow = tmp_path / "shadow" / "buildgrid"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    checkout = hip_checkout(tmp_path / "checkout")
+    env = build_env(tmp_path, OFFLOAD_REMOTE="grpc://127.0.0.1:9/main", PYTHONPATH=str(shadow.parent))
+    build, _ = traced(checkout, env=env)
+    assert len(warnings(build)) == 1 and "offload-builders[remote]" in warnings(build)[0], build.output
+    same_outputs(checkout, reference)

@@ -59,7 +59,8 @@ class RemoteCache:
             self.counts["errors"] += 1
             self._warn(f"remote {self.url} not used for the rest of this build ({error}); building locally")
 
-    def _failed(self, error: RemoteError) -> None:
+    def give_up(self, error: RemoteError) -> None:
+        """Stop asking the server for the rest of this process, with one warning naming ``error``."""
         with self._lock:
             self._give_up(error)
 
@@ -95,7 +96,7 @@ class RemoteCache:
             self.counts["integrity"] += 1
             self._warn(f"remote cache: {error}; building {', '.join(sorted(destinations))} locally")
         except RemoteError as error:
-            self._failed(error)
+            self.give_up(error)
         for destination in written:
             try:
                 os.unlink(destination)
@@ -141,7 +142,7 @@ class RemoteCache:
             self.counts["integrity"] += 1
             self._warn(f"remote execution: {error}; running it here")
         except RemoteError as error:
-            self._failed(error)
+            self.give_up(error)
         for destination in written:
             try:
                 os.unlink(destination)
@@ -171,7 +172,7 @@ class RemoteCache:
             client.update_action_result(messages.action_digest, result)
             self.counts["stored"] += 1
         except RemoteError as error:
-            self._failed(error)
+            self.give_up(error)
         except OSError as error:  # an output removed under us: nothing to share
             self._warn(f"remote cache: not storing {', '.join(sorted(outputs))}: {error}")
 

@@ -28,6 +28,7 @@ import SCons.Node.FS
 import SCons.Node.Python
 import SCons.Warnings
 
+from offload_builders.errors import RemoteError
 from offload_builders.remote.actions import (
     ContentDigests,
     NodeJob,
@@ -175,7 +176,13 @@ class RemoteListAction(SCons.Action.ListAction):
             return super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
         targets = executor.get_all_targets() if executor else target
         sources = executor.get_all_sources() if executor else source
-        messages = cache_key(job)
+        try:
+            messages = cache_key(job)
+        except RemoteError as error:  # the client cannot be imported (the extra 'remote' is not installed)
+            cache.give_up(error)
+            return super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
+        except (ValueError, UnicodeError):  # a name that is not UTF-8 cannot go into a REAPI message
+            return super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
         self.sweep.execute(targets, sources, env)
         suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
         destinations = {relative: str(node) + suffix for relative, node in zip(job.outputs, targets)}
