@@ -221,15 +221,14 @@ class _Server:
 
 
 BUILDGRID_CONFIG = """\
-# BuildGrid {version} test server: CAS, ByteStream and ActionCache over one in-memory LRU store; the
-# Capabilities service comes with them. Loopback only, no TLS, no authorization.
+# BuildGrid {version} test server: CAS, ByteStream and ActionCache over one store (in-memory LRU, or on disk);
+# the Capabilities service comes with them. Loopback only; by default no TLS and no authorization.
 server:
   - !channel
     address: "127.0.0.1:{port}"
-    insecure-mode: true
+{channel}
 
-authorization:
-  method: none
+{authorization}
 
 # gRPC's default SO_REUSEPORT would let a second server share the port silently.
 grpc-server-options:
@@ -259,6 +258,20 @@ thread-pool-size: 16
 """
 
 
+#: The channel and authorization sections of a plain test server.
+INSECURE_CHANNEL = "    insecure-mode: true"
+NO_AUTHORIZATION = "authorization:\n  method: none"
+
+
+def buildgrid_config(port: int, instance: str = DEFAULT_INSTANCE, storage: str = "", channel: str = INSECURE_CHANNEL,
+                     authorization: str = NO_AUTHORIZATION) -> str:
+    """BuildGrid's configuration (:data:`BUILDGRID_CONFIG`); ``channel`` and ``authorization`` as YAML lines (TLS
+    files, JWT settings), ``storage`` a storage entry (default: in-memory LRU of 1 GiB)."""
+    return BUILDGRID_CONFIG.format(version="0.4.4", port=port, instance=instance, channel=channel,
+                                   authorization=authorization,
+                                   storage=storage or "  - !lru-storage &cas-storage\n    size: 1024M")
+
+
 class BuildGridServer(_Server):
     """BuildGrid with an in-memory CAS and ActionCache; a restart starts it empty."""
 
@@ -279,8 +292,7 @@ class BuildGridServer(_Server):
         return self.cas_path / "cas" / "objects" / digest_hash[:2] / digest_hash[2:]
 
     def command(self) -> list[str]:
-        self.config_path.write_text(BUILDGRID_CONFIG.format(version="0.4.4", port=self.port, instance=self.instance,
-                                                            storage=self._storage()))
+        self.config_path.write_text(buildgrid_config(self.port, self.instance, self._storage()))
         return [str(bgd_path()), "server", "start", str(self.config_path)]
 
     def _storage(self) -> str:

@@ -45,7 +45,7 @@ from offload_builders.remote.client import (
     verify_blob,
 )
 from offload_builders.remote.digests import EMPTY_DIGEST, Digest, digest_of_bytes
-from remote_servers import BuildGridServer, ExecutionServer, bgd_path, free_port
+from remote_servers import NO_AUTHORIZATION, BuildGridServer, ExecutionServer, bgd_path, buildgrid_config, free_port
 
 MiB = 1 << 20
 
@@ -583,32 +583,7 @@ class ConfiguredBuildGrid:
     def __init__(self, directory: Path, channel: str, extra: str = "") -> None:
         self.port = free_port()
         config = directory / "buildgrid.yml"
-        config.write_text(f"""\
-server:
-  - !channel
-    address: "127.0.0.1:{self.port}"
-{channel}
-{extra}
-grpc-server-options:
-  grpc.so_reuseport: 0
-storages:
-  - !lru-storage &cas-storage
-    size: 64M
-caches:
-  - !lru-action-cache &action-cache
-    storage: *cas-storage
-    max-cached-refs: 1000
-    allow-updates: true
-instances:
-  - name: "main"
-    services:
-      - !cas
-        storage: *cas-storage
-      - !bytestream
-        storage: *cas-storage
-      - !action-cache
-        cache: *action-cache
-""")
+        config.write_text(buildgrid_config(self.port, channel=channel, authorization=extra or NO_AUTHORIZATION))
         self.log = directory / "buildgrid.log"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen([str(bgd_path()), "server", "start", str(config)], stdout=log,

@@ -22,6 +22,7 @@ from offload_builders.remote.digests import Digest, digest_of_file
 
 if TYPE_CHECKING:  # imported when a remote is configured: it needs the extra 'remote' (grpcio)
     from offload_builders.remote.client import RemoteClient
+    from offload_builders.remote.protos import remote_execution_pb2
 
 
 class RemoteCache:
@@ -70,26 +71,15 @@ class RemoteCache:
         client = self._connection()
         if client is None:
             return False
-        from offload_builders.remote.client import from_proto
-
-        written: list[str] = []
         try:
             result = client.get_action_result(messages.action_digest)
             if result is None:
                 self.counts["misses"] += 1
                 return False
-            files = {entry.path: entry for entry in result.output_files}
-            if (result.exit_code != 0 or set(files) != set(destinations) or len(files) != len(result.output_files)
-                    or result.output_directories or result.output_file_symlinks or result.output_symlinks):
-                raise RemoteIntegrityError(
-                    f"the result of action {messages.action_digest} names outputs {sorted(files)}, exit status "
-                    f"{result.exit_code}; the node declares {sorted(destinations)}")
-            for path, entry in files.items():
-                destination = destinations[path]
-                written.append(destination)
-                client.download_to(from_proto(entry.digest), Path(destination))
-                if entry.is_executable:
-                    os.chmod(destination, os.stat(destination).st_mode | 0o111)
+            if result.exit_code != 0:
+                raise RemoteIntegrityError(f"the cached result of action {messages.action_digest} is a failure "
+                                           f"(exit status {result.exit_code})")
+            _download_outputs(client, messages, result, destinations)
             self.counts["hits"] += 1
             return True
         except RemoteIntegrityError as error:
@@ -97,11 +87,6 @@ class RemoteCache:
             self._warn(f"remote cache: {error}; building {', '.join(sorted(destinations))} locally")
         except RemoteError as error:
             self.give_up(error)
-        for destination in written:
-            try:
-                os.unlink(destination)
-            except FileNotFoundError:
-                pass
         return False
 
     def execute(self, messages: ActionMessages, inputs: Mapping[Digest, str], destinations: Mapping[str, str]
@@ -114,28 +99,17 @@ class RemoteCache:
         client = self._connection()
         if client is None:
             return False
-        from offload_builders.remote.client import from_proto
-
-        written: list[str] = []
         try:
             missing = client.find_missing([*messages.blobs, *inputs])
             client.upload_files({digest: Path(path) for digest, path in inputs.items() if digest in missing})
             client.upload_blobs({digest: data for digest, data in messages.blobs.items() if digest in missing})
-            response = client.execute(messages.action_digest)
-            result = response.result
+            result = client.execute(messages.action_digest).result
             if result.exit_code != 0:
-                stderr = result.stderr_raw.decode(errors="replace").strip().splitlines()
-                self._warn(f"remote execution of {', '.join(sorted(destinations))} exited with status "
-                           f"{result.exit_code}{': ' + stderr[-1] if stderr else ''}; running it here")
                 self.counts["failed"] += 1
+                self._warn(f"remote execution of {', '.join(sorted(destinations))} exited with status "
+                           f"{result.exit_code}{_last_error_line(client, result)}; running it here")
                 return False
-            files = {entry.path: entry for entry in result.output_files}
-            if set(files) != set(destinations):
-                raise RemoteIntegrityError(f"remote execution returned {sorted(files)}; the node declares "
-                                           f"{sorted(destinations)}")
-            for path, entry in files.items():
-                written.append(destinations[path])
-                client.download_to(from_proto(entry.digest), Path(destinations[path]))
+            _download_outputs(client, messages, result, destinations)
             self.counts["executed"] += 1
             return True
         except RemoteIntegrityError as error:
@@ -143,11 +117,6 @@ class RemoteCache:
             self._warn(f"remote execution: {error}; running it here")
         except RemoteError as error:
             self.give_up(error)
-        for destination in written:
-            try:
-                os.unlink(destination)
-            except FileNotFoundError:
-                pass
         return False
 
     def store(self, messages: ActionMessages, outputs: Mapping[str, str], executable: frozenset[str] = frozenset()
@@ -175,6 +144,47 @@ class RemoteCache:
             self.give_up(error)
         except OSError as error:  # an output removed under us: nothing to share
             self._warn(f"remote cache: not storing {', '.join(sorted(outputs))}: {error}")
+
+
+def _download_outputs(client: RemoteClient, messages: ActionMessages, result: remote_execution_pb2.ActionResult,
+                      destinations: Mapping[str, str]) -> None:
+    """Write each output the result names to its destination, checked against its digest, where the result
+    names exactly the declared outputs (as files); on any error, remove what was written and raise."""
+    from offload_builders.remote.client import from_proto
+
+    files = {entry.path: entry for entry in result.output_files}
+    if (set(files) != set(destinations) or len(files) != len(result.output_files) or result.output_directories
+            or result.output_file_symlinks or result.output_symlinks):
+        raise RemoteIntegrityError(f"the result of action {messages.action_digest} names outputs {sorted(files)}; "
+                                   f"the node declares {sorted(destinations)}")
+    written: list[str] = []
+    try:
+        for path, entry in files.items():
+            written.append(destinations[path])
+            client.download_to(from_proto(entry.digest), Path(destinations[path]))
+            if entry.is_executable:
+                os.chmod(destinations[path], os.stat(destinations[path]).st_mode | 0o111)
+    except BaseException:
+        for destination in written:
+            try:
+                os.unlink(destination)
+            except FileNotFoundError:
+                pass
+        raise
+
+
+def _last_error_line(client: RemoteClient, result: remote_execution_pb2.ActionResult) -> str:
+    """``: <the last line the command wrote to stderr>``, inline or by digest ('' where there is none)."""
+    from offload_builders.remote.client import from_proto
+
+    data = result.stderr_raw
+    if not data and result.stderr_digest.hash:
+        try:
+            data = client.read_blob(from_proto(result.stderr_digest))
+        except RemoteError:
+            return ""
+    lines = data.decode(errors="replace").strip().splitlines()
+    return f": {lines[-1]}" if lines else ""
 
 
 _CACHES: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteCache] = {}
