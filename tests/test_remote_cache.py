@@ -310,3 +310,15 @@ def test_without_the_remote_extra_the_build_is_local_with_one_warning(tmp_path, 
     build, _ = traced(checkout, env=env)
     assert len(warnings(build)) == 1 and "offload-builders[remote]" in warnings(build)[0], build.output
     same_outputs(checkout, reference)
+
+
+def test_a_read_only_cache_is_read_and_never_written(buildgrid, tmp_path, traced):
+    """OFFLOAD_REMOTE_UPLOAD=0 (a developer against a cache CI fills): a build uploads nothing, so a second
+    checkout compiles everything; once a writing build has filled the cache, a read-only one takes from it."""
+    env = build_env(tmp_path, OFFLOAD_REMOTE=buildgrid.remote, OFFLOAD_REMOTE_UPLOAD="0")
+    traced(hip_checkout(tmp_path / "reader1"), env=env)
+    build, processes = traced(hip_checkout(tmp_path / "reader2"), env=env)
+    assert len([p for p in processes if "-fcuda-is-device" in p.argv]) == 4 and not warnings(build)
+    traced(hip_checkout(tmp_path / "writer"), env=build_env(tmp_path, OFFLOAD_REMOTE=buildgrid.remote))
+    build, processes = traced(hip_checkout(tmp_path / "reader3"), env=env)
+    assert hip_cuda_compiles(processes) == [] and not warnings(build), build.output

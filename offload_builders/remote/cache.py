@@ -31,6 +31,9 @@ class RemoteCache:
     def __init__(self, url: str, environ: Mapping[str, str], warn: Callable[[str], None]) -> None:
         self.url = url
         self._environ = dict(environ)
+        #: ``OFFLOAD_REMOTE_UPLOAD=0``: read the cache, never write it (a developer's machine against a cache
+        #: that only CI fills: whoever can write to a shared cache decides what every build that reads it gets).
+        self.uploads = environ.get("OFFLOAD_REMOTE_UPLOAD", "1").strip().lower() not in ("0", "false", "no", "off")
         self._warn = warn
         self._client: RemoteClient | None = None
         self._lock = threading.Lock()
@@ -122,8 +125,9 @@ class RemoteCache:
     def store(self, messages: ActionMessages, outputs: Mapping[str, str], executable: frozenset[str] = frozenset()
               ) -> None:
         """Upload a locally built node's outputs (relative path -> file) and its Action, Command and input tree,
-        then its result. Errors are warned about (once) and otherwise ignored: the build has its outputs."""
-        client = self._connection()
+        then its result. Errors are warned about (once) and otherwise ignored: the build has its outputs.
+        Nothing with ``OFFLOAD_REMOTE_UPLOAD=0``."""
+        client = self._connection() if self.uploads else None
         if client is None:
             return
         from offload_builders.remote.client import to_proto

@@ -78,7 +78,7 @@ def remote_cache_for(env, url: str | None = None) -> RemoteCache | None:
         return None
     settings = dict(os.environ)
     for name in ("OFFLOAD_REMOTE_INSTANCE", "OFFLOAD_REMOTE_HEADERS", "OFFLOAD_REMOTE_TIMEOUT", "OFFLOAD_REMOTE_CA",
-                 "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY", "OFFLOAD_REMOTE_RETRIES"):
+                 "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY", "OFFLOAD_REMOTE_RETRIES", "OFFLOAD_REMOTE_UPLOAD"):
         if env.get(name) is not None:
             settings[name] = str(env[name])
     return remote_cache(url, settings, _warn)
