@@ -47,6 +47,17 @@ phase and target on its own. Three things make that correct and incremental:
   re-created (same bytes, new inode: a branch switch, an editor's safe-save, rsync) it removes that file
   and fails with one line. Declared as a second output of the host node, its removal makes the next build
   run the host front end again, then every device compile of that source.
+
+Remote cache: with ``$OFFLOAD_REMOTE`` (``grpc://HOST:PORT/INSTANCE``, the SCons tool's variable; the other
+``OFFLOAD_REMOTE_*`` settings too) each phase is looked up in that REAPI cache before it runs: a hit is
+downloaded into the ``.partial`` names and committed as above, its depfile written as a local run writes it; a
+miss runs here and is uploaded. The key does not depend on where the checkout is: its paths are relative to
+``--source-root`` (any phase), else the working directory, and a phase reading or writing a file named by a
+relative path outside that root runs as without a remote. A compile's headers are found before it runs by a
+dependency scan (the same ``-cc1`` job, preprocessing only). OpenMP's host front end and device compiles are
+keyed with the identity of the files they read, so they share only with builds of the same files on the same
+machine; every other phase shares across checkouts. The remote never fails a phase: a server that cannot be
+used is one ``offload-compile: warning:`` line and a local build.
 """
 from __future__ import annotations
 
@@ -54,8 +65,9 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, run_tool
@@ -93,6 +105,9 @@ from offload_builders.source_identity import file_identity
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain, user_cache
 
+if TYPE_CHECKING:
+    from offload_builders.remote.cli_jobs import CachedStep, RemoteSteps
+
 PROG = "offload-compile"
 
 _HELP = f"""OVERVIEW: Run one phase of a Clang OpenMP, HIP or CUDA offload compile (the installed driver's own job).
@@ -103,11 +118,11 @@ USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
        {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
 HIP (.hip) and CUDA (.cu) sources:
-       {PROG} device  SRC --target <ID> -o <code object|cubin> [--cuid <C>|--source-root <dir>] [--depfile <file>]
+       {PROG} device  SRC --target <ID> -o <code object|cubin> [--cuid <C>] [--source-root <dir>] [--depfile <file>]
                       [-- <flags>]          (CUDA: the PTX is written beside the cubin, <cubin>.ptx)
        {PROG} bundle  SRC --targets <ID,...> -o <fatbin> <code object|cubin per target...> [--depfile <file>]
                       [-- <flags>]
-       {PROG} host    SRC --fatbin <fatbin> -o <obj> [--cuid <C>|--source-root <dir>] [--depfile <file>] [-- <flags>]
+       {PROG} host    SRC --fatbin <fatbin> -o <obj> [--cuid <C>] [--source-root <dir>] [--depfile <file>] [-- <flags>]
   CUDA device and host also take --targets <ID,...>, all the source's targets (required from Clang 20)
   with -fgpu-rdc in the flags: device (bitcode or relocatable cubin), package (as above), host --package <pkg>
 
@@ -122,12 +137,14 @@ OPTIONS:
   --fatbin <file>      - HIP, CUDA: the fat binary (made by `{PROG} bundle`) the host compile includes
   --cuid <C>           - HIP, CUDA: the CUID host and device compiles share (default: 16 hex digits of the MD5
                          of the source's path relative to --source-root, else of its absolute path)
-  --source-root <dir>  - HIP, CUDA: where the default CUID's path starts (the SCons tool's top directory gives
+  --source-root <dir>  - What the remote cache's paths are relative to (default: the working directory); HIP,
+                         CUDA: also where the default CUID's path starts (the SCons tool's top directory gives
                          the SCons tool's CUID)
   --cmake-dir          - Print the directory of the CMake package config (find_package(OffloadBuilders))
   --help, --version
 The compile flags after `--` are the same for every phase of a source (device: plus that target's own).
 The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang.
+With $OFFLOAD_REMOTE=grpc://HOST:PORT/INSTANCE each phase is looked up in that remote cache (REAPI) first.
 """
 
 #: Dependency-file flags: this tool writes the depfile itself, one per node.
@@ -407,31 +424,172 @@ def _remove(path: str) -> None:
         pass
 
 
+# --- the remote cache ($OFFLOAD_REMOTE) -------------------------------------------------------------------
+#
+# Every phase runs through :func:`_produce`: with $OFFLOAD_REMOTE set, the step is keyed first
+# (:mod:`offload_builders.remote.cli_jobs`: its jobs' argv, the files it reads under the root, the programs and
+# outside files by content), a hit is downloaded into the outputs' ``.partial`` names and committed as a local
+# run's outputs are (unchanged bytes keep the old file, for ``restat``), and the depfile (and the OpenMP host's
+# ``.identity``) is written as a local run writes it; a miss runs here, then uploads. A compile's headers are
+# known before it runs from a dependency scan (:func:`_scan`). The root of the key's paths is ``--source-root``,
+# else the working directory.
+#
+# OpenMP's host front end and device compiles are keyed with the identity (device, inode) of every file they
+# read (:func:`~offload_builders.source_identity.file_identity`): their target-region names hold it, so such an
+# output is right only for those very files. They share with a build of the same files on the same machine (a
+# cleaned or re-created build directory, a CI workspace that keeps its checkout), never with another checkout,
+# which is sound, as the SCons tool keys them. The phases that only read what these wrote (OpenMP's package and
+# embed) and every HIP and CUDA phase are keyed by content and share across checkouts.
+
+#: A ``-cc1`` job's action flags: a dependency scan replaces the one a job has by ``-Eonly``.
+_CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
+
+
+def _remote_steps() -> RemoteSteps | None:
+    """The remote cache where ``$OFFLOAD_REMOTE`` names one."""
+    from offload_builders.remote.cli_jobs import remote_steps
+
+    return remote_steps(PROG)
+
+
+def _root(opts: _Options) -> str:
+    """What the remote cache's paths are relative to: ``--source-root``, else the working directory."""
+    return os.path.abspath(opts.source_root) if opts.source_root is not None else os.getcwd()
+
+
+def _scan(argv: Sequence[str], scratch: str) -> list[str] | None:
+    """The files a ``-cc1`` job will read (the source, then the headers: what its ``-dependency-file`` lists, so
+    not the system headers, which the toolchain in the key stands for), from the same job preprocessing only
+    (``-Eonly``, no ``-o``), before it runs; None where that cannot be had (its diagnostics are for the real
+    compile to print)."""
+    actions = [index for index, word in enumerate(argv) if word in _CC1_ACTIONS]
+    outputs = [index for index, word in enumerate(argv[:-1]) if word == "-o"]
+    if list(argv[1:2]) != ["-cc1"] or len(actions) != 1 or len(outputs) != 1:
+        return None
+    scan = list(argv)
+    scan[actions[0]] = "-Eonly"
+    del scan[outputs[0]:outputs[0] + 2]
+    depfile = os.path.join(scratch, "scan.d")
+    try:
+        done = subprocess.run(_with_dependency_file(scan, depfile, "scan"), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        return _read_make_dependencies(depfile) if done.returncode == 0 else None
+    except OSError:
+        return None
+
+
+@dataclass
+class _Lookup:
+    """A step keyed in the remote cache, and the files a dependency scan found it reads (None: no scan)."""
+
+    step: CachedStep
+    scanned: list[str] | None
+
+
+def _lookup(opts: _Options, jobs: Sequence[Sequence[str]], outputs: Sequence[str], *, tools: Sequence[str],
+            scan: Sequence[str] | None = None, scratch: str | None = None, inputs: Sequence[str] = (),
+            identity: bool = False, in_process: bool = False) -> _Lookup | None:
+    """The step of ``jobs`` (run here as they are) writing ``outputs``, keyed, where ``$OFFLOAD_REMOTE`` is set:
+    it reads ``inputs`` and, for the ``-cc1`` job ``scan``, what a dependency scan of it lists (each file's
+    identity keyed too with ``identity``); it runs the jobs' programs (``in_process``: ``jobs`` describe what
+    our code does here) and depends on ``tools``. None: not cached (no remote, a failed scan, a file outside
+    the root)."""
+    remote = _remote_steps()
+    if remote is None:
+        return None
+    scanned = None
+    if scan is not None:
+        assert scratch is not None
+        scanned = _scan(scan, scratch)
+        if scanned is None:
+            return None
+    read = scanned or []
+    root = _root(opts)
+    values = [file_identity(path) for path in read] if identity else []
+    if scan is not None and _file_names_hold_root(read, root, scan):
+        values.append(f"checkout {root}")
+    step = remote.step(root, jobs, inputs=[*read, *inputs], outputs=outputs, scratch=scratch,
+                       tools=[*(path for argv in jobs if not in_process for path in _binaries(argv)), *tools],
+                       values=values, in_process=in_process)
+    return _Lookup(step, scanned) if step is not None else None
+
+
+def _file_names_hold_root(read: Sequence[str], root: str, argv: Sequence[str]) -> bool:
+    """Whether ``__FILE__`` (an ``assert``'s message) in the files a compile reads would spell the checkout's
+    path: one is named by an absolute path under ``root`` (a CMake build names sources so) that no
+    ``-fmacro-prefix-map`` (``-ffile-prefix-map``) rewrites. Its output then holds that path, so its key does
+    too: it shares only with checkouts at the same place."""
+    from offload_builders.remote.actions import relative_path
+
+    maps = [word.split("=", 1)[1].partition("=")[0] for word in argv if word.startswith("-fmacro-prefix-map=")]
+    return any(os.path.isabs(path) and relative_path(path, root) is not None
+               and not any(old and path.startswith(old) for old in maps) for path in read)
+
+
+def _produce(outputs: Sequence[str], produce: Callable[[], list[str]], lookup: _Lookup | None) -> list[str]:
+    """Write every output's ``.partial`` file, by ``produce`` (which returns the files the step read) or from the
+    remote cache, then commit them all in order (no partial file left on failure). Returns the files read: from
+    ``produce``, or on a hit from the dependency scan. A step run here is stored, unless it read other files
+    than its scan found (the key would not cover them)."""
+    if lookup is not None and lookup.step.fetch(_partial):
+        for output in outputs:
+            _commit(_partial(output), output)
+        return list(lookup.scanned or [])
+    try:
+        read = produce()
+    except BaseException:
+        for output in outputs:
+            _remove(_partial(output))
+        raise
+    for output in outputs:
+        _commit(_partial(output), output)
+    if lookup is not None:
+        if lookup.scanned is None or set(read) == set(lookup.scanned):
+            lookup.step.store()
+        else:
+            lookup.step.remote.warn(f"remote cache: not storing {', '.join(outputs)}: the compile read other files"
+                                    " than its dependency scan listed")
+    return read
+
+
 # --- the phases --------------------------------------------------------------------------------------------
 
-def _run_to(argv: Sequence[str], partial: str, output: str) -> None:
-    """Run one job writing ``partial``, then commit it to ``output`` (no partial file left on failure)."""
-    try:
+def _run_to(opts: _Options, argv: Sequence[str], output: str, *, inputs: Sequence[str], tools: Sequence[str]
+            ) -> None:
+    """Run one job writing ``output``'s partial file (it reads ``inputs``), then commit it; through the remote
+    cache where one is set."""
+    def produce() -> list[str]:
         _run(argv)
-    except BaseException:
-        _remove(partial)
-        raise
-    _commit(partial, output)
+        return list(inputs)
+
+    _produce([output], produce, _lookup(opts, [argv], [output], inputs=inputs, tools=tools))
 
 
-def _compile_one_job(argv: Sequence[str], partial: str, output: str) -> list[str]:
-    """Run a one-job compile writing ``partial`` with its own dependency file, then commit it to ``output``
-    (no partial file left on failure); returns the files the compile read (the source, then its headers)."""
+def _compile_one_job(opts: _Options, argv: Sequence[str], output: str, *, tools: Sequence[str],
+                     inputs: Sequence[str] = (), identity: bool = False) -> list[str]:
+    """Run a one-job compile writing ``output``'s partial file with its own dependency file, then commit it (no
+    partial file left on failure), through the remote cache where one is set; returns the files the compile
+    read (the source, then its headers)."""
     with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
-        headers_file = os.path.join(scratch, "deps.d")
-        try:
-            _run(_with_dependency_file(argv, headers_file, output))
-            read = _read_make_dependencies(headers_file)
-        except BaseException:
-            _remove(partial)
-            raise
-    _commit(partial, output)
-    return read
+        return _compile_jobs(opts, [argv], [output], scratch, tools=tools, inputs=inputs, identity=identity)
+
+
+def _compile_jobs(opts: _Options, jobs: Sequence[Sequence[str]], outputs: Sequence[str], scratch: str, *,
+                  tools: Sequence[str], inputs: Sequence[str] = (), identity: bool = False) -> list[str]:
+    """Run a compile (``jobs[0]``, with its own dependency file) and the jobs after it (its assemble or link),
+    which write ``outputs``' partial files, then commit them, through the remote cache where one is set; returns
+    the files the compile read (the source, then its headers). Intermediate files live in ``scratch``."""
+    headers_file = os.path.join(scratch, "deps.d")
+
+    def produce() -> list[str]:
+        _run(_with_dependency_file(jobs[0], headers_file, outputs[-1]))
+        for job in jobs[1:]:
+            _run(job)
+        return _read_make_dependencies(headers_file)
+
+    lookup = _lookup(opts, jobs, outputs, tools=tools, scan=jobs[0], scratch=scratch, inputs=inputs,
+                     identity=identity)
+    return _produce(outputs, produce, lookup)
 
 
 def _gpu_source_model(opts: _Options) -> str:
@@ -441,15 +599,14 @@ def _gpu_source_model(opts: _Options) -> str:
 def _host(opts: _Options) -> int:
     if (gpu := _gpu_source_model(opts)) != OPENMP:
         return _gpu_host(opts, gpu)
-    _refuse(opts, "fatbin", "cuid", "source_root", why="is for HIP (.hip) and CUDA (.cu) sources")
+    _refuse(opts, "fatbin", "cuid", why="is for HIP (.hip) and CUDA (.cu) sources")
     _require(opts, "output")
     assert opts.output is not None
     source = _source(opts)
     model = _model()
     steps = model.host_steps(language_of(source), opts.flags)
-    partial = _partial(opts.output)
-    argv = steps.frontend.render(source=source, main_file_name=os.path.basename(source), output=partial)
-    read = _compile_one_job(argv, partial, opts.output)
+    argv = steps.frontend.render(source=source, main_file_name=os.path.basename(source), output=_partial(opts.output))
+    read = _compile_one_job(opts, argv, opts.output, tools=_compiler_files(model), identity=True)
     # Every file whose inode names target regions in this bitcode (the source first, then its headers).
     _commit_text(opts.output + IDENTITY_SUFFIX, "".join(file_identity(path) + "\n" for path in read))
     _write_depfile(opts.depfile, opts.output, [*read, *_binaries(argv), *_compiler_files(model)])
@@ -481,7 +638,7 @@ def _device_steps(model: PhaseModel, source: str, target: TargetID, flags: Seque
 def _device(opts: _Options) -> int:
     if (gpu := _gpu_source_model(opts)) != OPENMP:
         return _gpu_device(opts, gpu)
-    _refuse(opts, "cuid", "source_root", why="is for HIP (.hip) and CUDA (.cu) sources")
+    _refuse(opts, "cuid", why="is for HIP (.hip) and CUDA (.cu) sources")
     _require(opts, "output", "target", "host_bc")
     assert opts.output is not None and opts.target is not None and opts.host_bc is not None
     source = _source(opts)
@@ -492,21 +649,12 @@ def _device(opts: _Options) -> int:
     steps = _device_steps(model, source, target, opts.flags)
     partial = _partial(opts.output)
     with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
-        headers_file = os.path.join(scratch, "deps.d")
         compiled = os.path.join(scratch, "device" + steps.compile_suffix) if steps.assemble else partial
         argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), host_bc=host_bc,
                                     output=compiled)
-        ran = [argv]
-        try:
-            _run(_with_dependency_file(argv, headers_file, opts.output))
-            if steps.assemble is not None:
-                ran.append(steps.assemble.render(input=compiled, output=partial))
-                _run(ran[-1])
-            read = _read_make_dependencies(headers_file)
-        except BaseException:
-            _remove(partial)
-            raise
-    _commit(partial, opts.output)
+        ran = [argv] if steps.assemble is None else [argv, steps.assemble.render(input=compiled, output=partial)]
+        read = _compile_jobs(opts, ran, [opts.output], scratch, tools=_compiler_files(model), inputs=[host_bc],
+                             identity=True)
     binaries = [path for job in ran for path in _binaries(job)]
     _write_depfile(opts.depfile, opts.output, [*read, host_bc, *binaries, *_compiler_files(model)])
     return 0
@@ -530,12 +678,20 @@ def _package(opts: _Options) -> int:
         target_steps = _device_steps(model, source, target, opts.flags)
         named[f"image{index}{target_steps.image_suffix}"] = path
         steps.append((target_steps, f"image{index}{target_steps.image_suffix}"))
-    command = model.package_command(steps, _partial(opts.output))
-    table = kind_table(model.toolchain.major)
-    binaries = [image for arg in command if arg.startswith("--image=")
-                for image in packager_images(arg[len("--image="):], table, named.__getitem__)]
-    write_offload_binaries(binaries, _partial(opts.output))
-    _commit(_partial(opts.output), opts.output)
+    partial = _partial(opts.output)
+    command = model.package_command(steps, partial)
+
+    def produce() -> list[str]:
+        table = kind_table(model.toolchain.major)
+        binaries = [image for arg in command if arg.startswith("--image=")
+                    for image in packager_images(arg[len("--image="):], table, named.__getitem__)]
+        write_offload_binaries(binaries, partial)
+        return list(named.values())
+
+    # Written here as the packager would write it: keyed by what it is given and by our code.
+    described = ["offload-builders-package", *command[1:], *(f"{name}={path}" for name, path in named.items())]
+    _produce([opts.output], produce, _lookup(opts, [described], [opts.output], inputs=list(named.values()),
+                                             tools=_compiler_files(model), in_process=True))
     _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_compiler_files(model)])
     return 0
 
@@ -575,10 +731,9 @@ def _embed(opts: _Options) -> int:
     package = _input(opts.package, "--package")
     model = _model()
     steps = model.host_steps(language_of(source), opts.flags)
-    partial = _partial(opts.output)
     argv = steps.embed.render(host_bc=host_bc, main_file_name=os.path.basename(source), package=package,
-                              output=partial)
-    _run_to(argv, partial, opts.output)
+                              output=_partial(opts.output))
+    _run_to(opts, argv, opts.output, inputs=[host_bc, package], tools=_compiler_files(model))
     _write_depfile(opts.depfile, opts.output, [host_bc, package, *_binaries(argv), *_compiler_files(model)])
     return 0
 
@@ -627,19 +782,15 @@ def _cuid(opts: _Options, source: str, rdc: bool) -> dict[str, str]:
     of its absolute path; never the path as given, so every build directory gives the same objects. RDC
     compiles pin none (the new driver does not forward ``-cuid``)."""
     if rdc:
-        _refuse(opts, "cuid", "source_root", why="is for compiles without -fgpu-rdc (relocatable device code has"
-                " no CUID)")
+        _refuse(opts, "cuid", why="is for compiles without -fgpu-rdc (relocatable device code has no CUID)")
         return {}
     if opts.cuid is not None:
-        _refuse(opts, "source_root", why="names where the default CUID comes from; --cuid gives it")
         try:
             return {"cuid": check_cuid(opts.cuid)}
         except OffloadError as error:
             raise UsageError(f"--cuid: {error}") from None
     path = os.path.abspath(source)
     if opts.source_root is not None:
-        if not os.path.isdir(opts.source_root):
-            raise UsageError(f"--source-root: '{opts.source_root}' is not a directory")
         path = os.path.relpath(path, os.path.abspath(opts.source_root))
         if path == os.pardir or path.startswith(os.pardir + os.sep):
             raise UsageError(f"--source-root: '{source}' is not inside '{opts.source_root}'")
@@ -688,7 +839,6 @@ def _gpu_device(opts: _Options, model: str) -> int:
     ptx = opts.output + PTX_SUFFIX if model == CUDA and not rdc else None
     partial = _partial(opts.output)
     with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
-        headers_file = os.path.join(scratch, "deps.d")
         if second is None:
             compiled = partial                      # HIP with -fgpu-rdc: the device bitcode is the output
         elif ptx is not None:
@@ -697,20 +847,10 @@ def _gpu_device(opts: _Options, model: str) -> int:
             compiled = os.path.join(scratch, "device" + steps.compile_suffix)
         ran = [steps.compile.render(source=source, main_file_name=os.path.basename(source), output=compiled,
                                     **cuid, **arch_list)]
-        try:
-            _run(_with_dependency_file(ran[0], headers_file, opts.output))
-            if second is not None:
-                ran.append(second.render(input=compiled, output=partial))
-                _run(ran[-1])
-            read = _read_make_dependencies(headers_file)
-        except BaseException:
-            _remove(partial)
-            if ptx is not None:
-                _remove(_partial(ptx))
-            raise
-    if ptx is not None:
-        _commit(_partial(ptx), ptx)
-    _commit(partial, opts.output)
+        if second is not None:
+            ran.append(second.render(input=compiled, output=partial))
+        outputs = [opts.output] if ptx is None else [ptx, opts.output]
+        read = _compile_jobs(opts, ran, outputs, scratch, tools=_compiler_files(phases))
     binaries = [path for job in ran for path in _binaries(job)]
     _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(phases)])
     return 0
@@ -736,30 +876,35 @@ def _bundle(opts: _Options) -> int:
         raise UsageError(f"bundle: with -fgpu-rdc the device code goes into an offload package: use `{PROG} package`")
     partial = _partial(opts.output)
     read = [path for _, path in pairs]
-    try:
-        if isinstance(phases, HipPhaseModel):
-            spec = phases.host_steps(flags).fatbin
-            assert spec is not None  # non-RDC
-            ids = [spec.host_id] + [_hip_bundle_id(phases, target, opts.flags) for target, _ in pairs]
-            major = phases.toolchain.major
-            write_fatbin(spec, ids, read, partial, fatbin_compression(spec, llvm_version=major, environ=os.environ),
-                         llvm_version=major)
-            binaries: list[str] = []
-        else:
-            images = []
-            for target, cubin in pairs:
-                steps = _device_steps_of(model, phases, target, opts.flags)
-                assert isinstance(steps, CudaDeviceSteps)
-                if any(image.kind == "ptx" for image in steps.images):
-                    read.append(_input(cubin + PTX_SUFFIX, "PTX (made beside the cubin by `device`)"))
-                images.append((steps, cubin + PTX_SUFFIX, cubin))
-            argv = fatbinary_command(phases.host_steps(flags), images, partial)
-            _run(argv)
-            binaries = _binaries(argv)
-    except BaseException:
-        _remove(partial)
-        raise
-    _commit(partial, opts.output)
+    if isinstance(phases, HipPhaseModel):
+        spec = phases.host_steps(flags).fatbin
+        assert spec is not None  # non-RDC
+        ids = [spec.host_id] + [_hip_bundle_id(phases, target, opts.flags) for target, _ in pairs]
+        major = phases.toolchain.major
+        compression = fatbin_compression(spec, llvm_version=major, environ=os.environ)
+
+        def produce() -> list[str]:
+            write_fatbin(spec, ids, read, partial, compression, llvm_version=major)
+            return read
+
+        # Written here as the bundler would write it: keyed by what it is given and by our code.
+        described = ["offload-builders-bundle", repr(spec), repr(compression), f"llvm={major}", "-o", partial,
+                     *(f"{bundle_id}={path}" for bundle_id, path in zip(ids[1:], read))]
+        lookup = _lookup(opts, [described], [opts.output], inputs=read, tools=_compiler_files(phases),
+                         in_process=True)
+        _produce([opts.output], produce, lookup)
+        binaries: list[str] = []
+    else:
+        images = []
+        for target, cubin in pairs:
+            steps = _device_steps_of(model, phases, target, opts.flags)
+            assert isinstance(steps, CudaDeviceSteps)
+            if any(image.kind == "ptx" for image in steps.images):
+                read.append(_input(cubin + PTX_SUFFIX, "PTX (made beside the cubin by `device`)"))
+            images.append((steps, cubin + PTX_SUFFIX, cubin))
+        argv = fatbinary_command(phases.host_steps(flags), images, partial)
+        _run_to(opts, argv, opts.output, inputs=read, tools=_compiler_files(phases))
+        binaries = _binaries(argv)
     _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(phases)])
     return 0
 
@@ -789,7 +934,7 @@ def _gpu_package(opts: _Options, source: str, model: str) -> int:
     else:
         argv = cuda_package_command(phases.toolchain, [(steps, path) for steps, path in images
                                                        if isinstance(steps, CudaDeviceSteps)], partial)
-    _run_to(argv, partial, opts.output)
+    _run_to(opts, argv, opts.output, inputs=[path for _, path in pairs], tools=_compiler_files(phases))
     _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_binaries(argv),
                                                *_compiler_files(phases)])
     return 0
@@ -818,10 +963,9 @@ def _gpu_host(opts: _Options, model: str) -> int:
     cuid = _cuid(opts, source, rdc)
     steps = phases.host_steps(flags)
     arch_list = _arch_list(opts, model, phases, steps.compile, flags)
-    partial = _partial(opts.output)
-    argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=partial,
+    argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=_partial(opts.output),
                                 **device_side, **cuid, **arch_list)
-    read = _compile_one_job(argv, partial, opts.output)
+    read = _compile_one_job(opts, argv, opts.output, tools=_compiler_files(phases), inputs=list(device_side.values()))
     _write_depfile(opts.depfile, opts.output, [*read, *device_side.values(), *_binaries(argv),
                                                *_compiler_files(phases)])
     return 0
@@ -849,6 +993,8 @@ def _main(opts: _Options) -> int:
     if not opts.command:
         raise UsageError(f"no subcommand given; expected one of {', '.join(_SUBCOMMANDS)} (see --help)")
     _check_flags(opts.flags)
+    if opts.source_root is not None and not os.path.isdir(opts.source_root):
+        raise UsageError(f"--source-root: '{opts.source_root}' is not a directory")
     return _PHASES[opts.command](opts)
 
 

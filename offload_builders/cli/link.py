@@ -21,6 +21,10 @@ target names (one with ``/``, a control character or 4 KB stops the link before 
 device files unpacked for a device link are numbered. Thin archives are read as the host linker reads them, and
 the entry checks cover the archive members it takes, so no program links without the device code its entries
 name.
+
+With ``$OFFLOAD_REMOTE`` (as for ``offload-compile``) each GPU target's device link and the wrapper object are
+looked up in that remote cache first and stored after a local run (see "the remote cache" below); the host CPU's
+device link and the host link always run here.
 """
 from __future__ import annotations
 
@@ -30,19 +34,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, answered_help_or_version, run_guarded
 from offload_builders.cli.options import APPEND, FLAG_ANY, Option, Parser
+from offload_builders.errors import OffloadError
 from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.leftovers import private_tmpdir
 
 if TYPE_CHECKING:
-    from offload_builders import linking
+    from offload_builders import linking, wrapping
     from offload_builders.formats.compressed import CompressionOptions
+    from offload_builders.remote.cli_jobs import CachedStep, RemoteSteps
+    from offload_builders.toolchain import Toolchain
 
 PROG = "offload-link"
 
@@ -70,6 +77,8 @@ OPTIONS:
   --version                      - Display the version of this program
 Other clang-linker-wrapper options the Clang driver passes (--bitcode-library, --embed-bitcode, ...) are
 rejected by name. Everything not recognised above is a linker argument.
+With $OFFLOAD_REMOTE=grpc://HOST:PORT/INSTANCE the GPU device links and the wrapper object are looked up in that
+remote cache (REAPI) first.
 """
 
 #: clang-linker-wrapper options we accept and ignore, because they do not change what we produce here (the
@@ -319,9 +328,11 @@ def _link(opts: _Options) -> int:
                  else tempfile.mkdtemp(prefix="offload-link-"))
     stem = os.path.basename(output)
     names = _target_file_names(stem, list(groups))
+    remote = None if opts.dry_run else _remote_steps()
     try:
         jobs = []
         image_inputs: list[tuple[linking.GroupKey, str, str]] = []  # (group, image, its device input file)
+        steps: dict[str, CachedStep | None] = {}  # each image's device link through the remote cache
         for key, files in groups.items():
             base = os.path.join(temp_root, names[key])
             device_inputs = base + ".devin"
@@ -339,21 +350,31 @@ def _link(opts: _Options) -> int:
                                                    host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
             image_inputs.append((key, base + ".img", device_inputs))
+            if remote is not None:
+                steps[base + ".img"] = _device_link_step(remote, temp_root, toolchain, key, command, paths,
+                                                         base + ".img", cwd=bool(extra))
         if opts.dry_run:
             for _, _, command in jobs:
                 _print(command)
         else:
             linking.load_wrapper_compiler()  # LLVM loads while the device links' processes run
+
+            def device_link(key: linking.GroupKey, image: str, command: list[str]) -> None:
+                def link() -> bool:
+                    _run(command, opts.verbose, key[1] or key[0])
+                    return True
+
+                _through(steps.get(image), link, opts.verbose)
+
             if opts.jobs > 1 and len(jobs) > 1:
                 from concurrent.futures import ThreadPoolExecutor  # (and logging): only when links run in parallel
 
                 with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
-                    for future in [pool.submit(_run, command, opts.verbose, key[1] or key[0])
-                                   for key, _, command in jobs]:
+                    for future in [pool.submit(device_link, key, image, command) for key, image, command in jobs]:
                         future.result()
             else:
-                for key, _, command in jobs:
-                    _run(command, opts.verbose, key[1] or key[0])
+                for key, image, command in jobs:
+                    device_link(key, image, command)
         # One object registering each image once per offload kind of its device files (none without any).
         wrapper: str | None = os.path.join(temp_root, f"{stem}.offload.wrapper.o") if jobs else None
         if not opts.dry_run and wrapper is not None:
@@ -364,12 +385,19 @@ def _link(opts: _Options) -> int:
                 raise linking.LinkError("; ".join(problems))
             images = [wrapping.LinkedImage(key, image, linking.device_input_kinds(device_inputs, toolchain.major))
                       for key, image, device_inputs in image_inputs]
-            data = wrapping.registration_object(images, toolchain, wrapper, hip_compression=hip_compression)
-            if data is None:
-                wrapper = None
-            else:
-                with atomic_output(wrapper) as fd:  # a new file: a symbolic link in its place is not followed
+            path = wrapper
+
+            def wrap() -> bool:
+                data = wrapping.registration_object(images, toolchain, path, hip_compression=hip_compression)
+                if data is None:
+                    return False
+                with atomic_output(path) as fd:  # a new file: a symbolic link in its place is not followed
                     write_all(fd, data)
+                return True
+
+            step = _wrapper_step(remote, temp_root, toolchain, images, hip_compression, path) if remote else None
+            if not _through(step, wrap, opts.verbose):
+                wrapper = None
         host = [opts.linker_path or "ld.lld",
                 *(opts.linker_args if wrapper is None else _insert_after_output(opts.linker_args, wrapper))]
         if opts.dry_run:
@@ -380,6 +408,80 @@ def _link(opts: _Options) -> int:
         if not opts.save_temps:
             shutil.rmtree(temp_root, ignore_errors=True)
     return 0
+
+
+# --- the remote cache ($OFFLOAD_REMOTE) -------------------------------------------------------------------
+#
+# Each GPU target's device link and the wrapper object are looked up in the remote cache before they run
+# (:mod:`offload_builders.remote.cli_jobs`), keyed in the link's scratch directory (or, with --save-temps, the
+# output's; either is $SCRATCH in the key): the device link by its command, the unpacked device files it reads
+# and the programs it runs (NVPTX: also the ptxas and nvlink behind clang-nvlink-wrapper); the wrapper object by
+# the images it registers, their offload kinds, the HIP compression, the toolchain's version, CUDA's fatbinary,
+# llvmlite's version and our code. The host CPU's device link is not cached: it links the host libraries the
+# linker finds by its own search (-L/-l, the C++ and OpenMP runtimes, crt files), which the key could only name
+# by repeating that search. Nor is the host link: it is the build system's own step, over inputs it names.
+
+
+def _remote_steps() -> RemoteSteps | None:
+    """The remote cache where ``$OFFLOAD_REMOTE`` names one."""
+    from offload_builders.remote.cli_jobs import remote_steps
+
+    return remote_steps(PROG)
+
+
+def _through(step: CachedStep | None, run: Callable[[], bool], verbose: bool) -> bool:
+    """Get a step's outputs (scratch files, written in place) from the remote cache, else ``run`` it and store
+    them. ``run`` answers whether it wrote them (a wrapper object may have nothing to register); so does this."""
+    if step is not None and step.fetch(lambda path: path):
+        if verbose:
+            print(f"remote cache: {' '.join(step.outputs.values())}", file=sys.stderr, flush=True)
+        return True
+    if not run():
+        return False
+    if step is not None:
+        step.store()
+    return True
+
+
+def _device_link_step(remote: RemoteSteps, root: str, toolchain: Toolchain, key: linking.GroupKey,
+                      command: Sequence[str], inputs: Sequence[str], image: str, *, cwd: bool) -> CachedStep | None:
+    """A GPU target's device link through the remote cache; None for the host CPU's (see above). ``cwd``:
+    whether the command has words of the user's (``--device-linker``), which may name files relative to it."""
+    from offload_builders import nvptx_tools
+    from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE
+
+    tools = [command[0]]
+    try:
+        if key[0] == NVPTX_TRIPLE:
+            tools += [str(nvptx_tools.openmp_tool(toolchain, name)) for name in ("ptxas", "nvlink")]
+        elif key[0] == AMDGPU_TRIPLE:
+            tools += [str(lld)] if (lld := toolchain.optional_tool("ld.lld")) is not None else []
+        else:
+            return None
+    except OffloadError:  # no CUDA tools: the link says so itself
+        return None
+    return remote.step(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd)
+
+
+def _wrapper_step(remote: RemoteSteps, root: str, toolchain: Toolchain, images: Sequence[wrapping.LinkedImage],
+                  hip_compression: CompressionOptions | None, wrapper: str) -> CachedStep | None:
+    """The wrapper object (:func:`offload_builders.wrapping.registration_object`) through the remote cache."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from offload_builders.phase_table import CUDA
+
+    tools = []
+    try:
+        if any(CUDA in image.kinds for image in images):
+            tools.append(str(toolchain.cuda_tool("fatbinary")))
+        llvmlite = version("llvmlite")
+    except (OffloadError, PackageNotFoundError):  # the wrap says what is missing
+        return None
+    described = ["offload-builders-wrap", f"clang={'.'.join(map(str, toolchain.version))}", repr(hip_compression),
+                 "-o", wrapper, *(f"{image.key[0]},{image.key[1]},{'+'.join(sorted(image.kinds))}={image.path}"
+                                  for image in images)]
+    return remote.step(root, [described], inputs=[image.path for image in images], outputs=[wrapper], tools=tools,
+                       values=[f"llvmlite {llvmlite}"], scratch=root, in_process=True, cwd=False)
 
 
 def _target_file_names(stem: str, keys: Sequence[linking.GroupKey]) -> dict[linking.GroupKey, str]:
