@@ -102,3 +102,29 @@ def test_a_file_outside_the_checkout_is_named_by_its_content(tmp_path: Path):
     library.write_bytes(b"two")
     assert outside_file_line(str(library)) != first
     assert outside_file_line(str(tmp_path / "missing")).endswith(" missing")
+
+
+def test_a_launcher_is_keyed_with_the_libraries_it_loads_from_its_run_path(tmp_path: Path, llvm19):
+    """LLVM's clang is a small launcher over libclang-cpp and libLLVM: a rebuilt library under an unchanged
+    launcher must change the key. A program linked here with RUNPATH $ORIGIN/../lib shows it."""
+    import subprocess
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "main.c").write_text("int answer(void);\nint main(void) { return answer(); }\n")
+    clang = str(llvm19("clang"))
+    lines = []
+    for value in (1, 2):
+        (tmp_path / "answer.c").write_text(f"int answer(void) {{ return {value}; }}\n")
+        subprocess.run([clang, "-shared", "-fPIC", "-Wl,--build-id", "-o", str(tmp_path / "lib" / "libanswer.so"),
+                        str(tmp_path / "answer.c")], check=True)
+        subprocess.run([clang, "-o", str(tmp_path / "bin" / "prog"), str(tmp_path / "main.c"),
+                        "-L", str(tmp_path / "lib"), "-lanswer", "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+        if value == 1:
+            launcher = (tmp_path / "bin" / "prog").read_bytes()
+        else:
+            (tmp_path / "bin" / "prog").write_bytes(launcher)  # the same launcher bytes over a new library
+        lines.append(outside_file_line(str(tmp_path / "bin" / "prog")))
+    assert all(f"loads {tmp_path / 'lib' / 'libanswer.so'} build-id " in line for line in lines), lines
+    assert lines[0].splitlines()[0] == lines[1].splitlines()[0] and lines[0] != lines[1]
+    assert "libLLVM.so.19.1 build-id " in outside_file_line(clang)

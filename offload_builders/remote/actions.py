@@ -109,10 +109,88 @@ OUTSIDE_DIGESTS = ContentDigests()
 
 
 def outside_file_line(path: str, digests: ContentDigests = OUTSIDE_DIGESTS) -> str:
-    """A salt line for a file outside the checkout: its resolved path and content digest."""
+    """A salt line for a file outside the checkout: its resolved path and content digest; for a program, also
+    each library it loads from its own run path (:func:`runpath_libraries`) by build ID."""
     resolved = os.path.realpath(path)
     digest = digests(resolved)
-    return f"file {resolved} {digest if digest else 'missing'}"
+    line = f"file {resolved} {digest if digest else 'missing'}"
+    return "\n".join([line, *(f"  loads {library} {_library_identity(library, digests)}"
+                                for library in runpath_libraries(resolved))])
+
+
+_ELF_MAGIC = b"\x7fELF"
+_RUNPATH_LIBRARIES: dict[tuple[str, int, int], tuple[str, ...]] = {}
+
+
+def runpath_libraries(path: str) -> tuple[str, ...]:
+    """The shared libraries an ELF program finds through its own ``RUNPATH``/``RPATH`` (``$ORIGIN/../lib``):
+    where a launcher keeps its code. LLVM's ``clang`` is a small binary over ``libclang-cpp`` and ``libLLVM``,
+    which a package update can change without changing it. Libraries from the system's directories (libc,
+    libstdc++) are not listed. Read once per process per file version."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return ()
+    key = (path, status.st_size, status.st_mtime_ns)
+    if key not in _RUNPATH_LIBRARIES:
+        _RUNPATH_LIBRARIES[key] = tuple(_read_runpath_libraries(path))
+    return _RUNPATH_LIBRARIES[key]
+
+
+def _read_runpath_libraries(path: str) -> list[str]:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed: list[str] = []
+    search: list[str] = []
+    try:
+        with open(path, "rb") as stream:
+            if stream.read(4) != _ELF_MAGIC:
+                return []
+            stream.seek(0)
+            dynamic = ELFFile(stream).get_section_by_name(".dynamic")
+            if not isinstance(dynamic, DynamicSection):
+                return []
+            for tag in dynamic.iter_tags():
+                if tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(tag.needed)  # type: ignore[attr-defined]  # set per tag kind
+                elif tag.entry.d_tag == "DT_RUNPATH":
+                    search += tag.runpath.split(":")  # type: ignore[attr-defined]
+                elif tag.entry.d_tag == "DT_RPATH":
+                    search += tag.rpath.split(":")  # type: ignore[attr-defined]
+    except (OSError, ELFError, ValueError):
+        return []
+    origin = os.path.dirname(path)
+    directories = [entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for entry in search if entry]
+    found = []
+    for name in needed:
+        for directory in directories:
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate):
+                found.append(os.path.realpath(candidate))
+                break
+    return found
+
+
+def _library_identity(path: str, digests: ContentDigests) -> str:
+    """A library's GNU build ID (a note the linker writes: cheap to read, unlike hashing 130 MB of libLLVM),
+    else its content digest."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import NoteSection
+
+    try:
+        with open(path, "rb") as stream:
+            for section in ELFFile(stream).iter_sections():
+                if isinstance(section, NoteSection):
+                    for note in section.iter_notes():
+                        if note["n_type"] == "NT_GNU_BUILD_ID":
+                            return f"build-id {note['n_desc']}"
+    except (OSError, ELFError, ValueError):
+        pass
+    digest = digests(path)
+    return str(digest) if digest else "missing"
 
 
 @dataclass(frozen=True)

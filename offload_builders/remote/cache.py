@@ -47,9 +47,9 @@ class RemoteCache:
             if self.disabled is not None:
                 return None
             if self._client is None:
-                from offload_builders.remote.client import RemoteClient, RemoteSettings
-
                 try:
+                    from offload_builders.remote.client import RemoteClient, RemoteSettings
+
                     self._client = RemoteClient(RemoteSettings.from_url(self.url, self._environ))
                 except RemoteError as error:
                     self._give_up(error)

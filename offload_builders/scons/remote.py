@@ -78,7 +78,8 @@ def remote_cache_for(env, url: str | None = None) -> RemoteCache | None:
         return None
     settings = dict(os.environ)
     for name in ("OFFLOAD_REMOTE_INSTANCE", "OFFLOAD_REMOTE_HEADERS", "OFFLOAD_REMOTE_TIMEOUT", "OFFLOAD_REMOTE_CA",
-                 "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY", "OFFLOAD_REMOTE_RETRIES", "OFFLOAD_REMOTE_UPLOAD"):
+                 "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY", "OFFLOAD_REMOTE_RETRIES", "OFFLOAD_REMOTE_UPLOAD",
+                 "OFFLOAD_REMOTE_HEADER_FILE"):
         if env.get(name) is not None:
             settings[name] = str(env[name])
     return remote_cache(url, settings, _warn)
@@ -118,6 +119,7 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
         steps.append(contents.decode("utf-8", "surrogateescape") if isinstance(contents, bytes) else str(contents))
     inputs: dict[str, Digest] = {}
     salt_lines: list[str] = []
+    files: list[str] = []
     children = executor.get_all_children() if executor else [child for node in targets for child in node.children()]
     for child in children:
         if isinstance(child, SCons.Node.Python.Value):
@@ -127,6 +129,7 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
             salt_lines.append(f"node {child}")
             continue
         path = child.rfile().get_abspath() if isinstance(child, SCons.Node.FS.File) else child.get_abspath()
+        files.append(path)
         relative = relative_path(path, root)
         if relative is None:
             salt_lines.append(outside_file_line(path))
@@ -141,7 +144,7 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
         # An OpenMP device compile keeps the regions whose names (the inode of each file it reads) the host
         # bitcode lists: the same bytes from another file give no kernels, so the files' identity is keyed too
         # (an output made from a re-created file is never shared with a build whose files have their own).
-        salt_lines += [file_identity(os.path.join(root, relative)) for relative in inputs]
+        salt_lines += [file_identity(path) for path in files]
     return NodeJob(root=root, steps=tuple(steps), inputs=inputs, salt_lines=tuple(sorted(set(salt_lines))),
                    outputs=tuple(outputs))
 
