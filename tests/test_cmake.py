@@ -1,7 +1,7 @@
-"""``sample_project/cmake``: real CMake (the ``cmake`` wheel, or Debian's) builds the sample with one custom command
-per phase and target through ``offload-compile`` (``find_package(OffloadBuilders)`` from ``offload-compile
---cmake-dir``) and links through ``offload-link``, under Ninja and Unix Makefiles. What each build runs is counted
-from an exec trace (``strace -ff``), each process classified by its own arguments."""
+"""``sample_project/cmake``: real CMake (the ``cmake`` wheel, 4.x, and Debian's 3.25) builds the sample with one custom
+command per phase and target through ``offload-compile`` (``find_package(OffloadBuilders)`` from ``offload-compile
+--cmake-dir``) and links through ``offload-link``, under Ninja, Unix Makefiles and Ninja Multi-Config. What each
+build runs is counted from an exec trace (``strace -ff``), each process classified by its own arguments."""
 from __future__ import annotations
 
 import collections
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, copy_sample_for_ninja
+from offload_builders import __version__
 from offload_builders.toolchain import find_toolchain
 from test_process_counts import Process, read_trace
 
@@ -22,24 +23,40 @@ pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 SCONS = str(BIN / "scons")
-GENERATORS = ["Ninja", "Unix Makefiles"]
-#: What CMake and the build tool run for their own bookkeeping (regeneration checks, depfile rewriting).
+#: Debian's CMake (3.25, the oldest CMake this is tested with); ./scripts/bootstrap installs it.
+SYSTEM_CMAKE = "/usr/bin/cmake"
+#: What CMake and the build tool run for their own bookkeeping (regeneration checks, CMake's depfile rewriting).
 BOOKKEEPING = {"cmake", "ninja", "make", "gmake", "sh", "dash", "bash"}
 PROGRAMS = ("zaxpy", "hip_check", "hip_rdc", "cuda_check")
 
 
-def cmake() -> str:
+def cmake(which: str = "wheel") -> str:
+    """The ``cmake`` wheel's (the venv's, else the first on PATH), or Debian's (``which="system"``)."""
+    if which == "system":
+        if not os.access(SYSTEM_CMAKE, os.X_OK):
+            pytest.fail(f"{SYSTEM_CMAKE} (Debian's CMake 3.25) is missing: run ./scripts/bootstrap, which installs it")
+        return SYSTEM_CMAKE
     found = shutil.which("cmake", path=f"{BIN}:{os.environ['PATH']}")
     if not found:
         pytest.fail("cmake is missing: pip install 'cmake>=3.25' (the test extras) or apt-get install cmake")
     return found
 
 
+def ctest(cmake_path: str) -> str:
+    """The ``ctest`` beside ``cmake_path``."""
+    return str(Path(cmake_path).with_name("ctest"))
+
+
 @pytest.fixture
 def project(tmp_path) -> Path:
     """A copy of the sample (its CMake project, the Meson sample's test programs, sources and headers), with the
-    tools of this checkout on PATH."""
-    return copy_sample_for_ninja(tmp_path, "cmake", "meson")
+    tools of this checkout on PATH; ``norm.cpp`` also includes a header beside it (``src/norm_local.hpp``), which
+    Clang's depfile names from where the compile runs (the sample's top directory, OFFLOAD_SOURCE_ROOT)."""
+    root = copy_sample_for_ninja(tmp_path, "cmake", "meson")
+    (root / "src" / "norm_local.hpp").write_text("#pragma once\n")
+    norm = root / "src" / "norm.cpp"
+    norm.write_text('#include "norm_local.hpp"\n' + norm.read_text())
+    return root
 
 
 def environ(project: Path, **extra: str) -> dict[str, str]:
@@ -60,8 +77,8 @@ def run(project: Path, *argv: str, check: bool = True, **extra: str) -> subproce
     return done
 
 
-def configure(project: Path, generator: str, archs: str, *options: str) -> None:
-    run(project, cmake(), "-G", generator, "-S", "cmake", "-B", "build", f"-DOffloadBuilders_DIR={cmake_dir()}",
+def configure(project: Path, generator: str, archs: str, *options: str, tool: str | None = None) -> None:
+    run(project, tool or cmake(), "-G", generator, "-S", "cmake", "-B", "build", f"-DOffloadBuilders_DIR={cmake_dir()}",
         f"-DOFFLOAD_ARCHS={archs}", *options)
 
 
@@ -86,21 +103,23 @@ class Build:
 
     def links(self) -> list[str]:
         """The programs linked (the driver's link command, naming ``-o <program>``)."""
-        return [p.option("-o") or "" for p in self.processes
-                if p.program.startswith("clang++") and "-c" not in p.argv and p.option("-o") in PROGRAMS]
+        return [os.path.basename(p.option("-o") or "") for p in self.processes
+                if p.program.startswith("clang++") and "-c" not in p.argv
+                and os.path.basename(p.option("-o") or "") in PROGRAMS]
 
     def others(self) -> list[Process]:
         """Processes that are neither bookkeeping nor an offload-compile node nor what a node or link runs."""
         return [p for p in self.processes if p.program not in BOOKKEEPING]
 
 
-def build(project: Path, tmp_path: Path, *targets: str) -> Build:
+def build(project: Path, tmp_path: Path, *targets: str, tool: str | None = None, config: str | None = None) -> Build:
     strace = shutil.which("strace")
     if not strace:
         pytest.fail("strace is missing: run scripts/bootstrap (it installs it) or apt-get install strace")
     trace = tmp_path / f"trace{len(list(tmp_path.glob('trace*')))}"
     trace.mkdir()
-    argv = [cmake(), "--build", "build", *(["--target", *targets] if targets else []), "--", "-j2"]
+    argv = [tool or cmake(), "--build", "build", *(["--target", *targets] if targets else []),
+            *(["--config", config] if config else []), "--", "-j2"]
     run(project, strace, "-ff", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e", "status=successful",
         "-e", "signal=none", "-o", str(trace / "pid"), *argv)
     processes = read_trace(trace / "pid")
@@ -112,14 +131,35 @@ def assert_no_op(built: Build) -> None:
     assert built.nodes() == [] and built.links() == [] and built.others() == [], built.others() or built.nodes()
 
 
-@pytest.mark.parametrize("generator", GENERATORS)
-def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_path, generator):
+#: (generator, cmake): each generator with the cmake wheel (4.x), and Ninja with Debian's CMake 3.25 too.
+BUILDS = [("Ninja", "wheel"), ("Unix Makefiles", "wheel"), ("Ninja Multi-Config", "wheel"), ("Ninja", "system")]
+#: The configurations of the Ninja Multi-Config build: the first is what a plain ``cmake --build`` builds.
+CONFIGS = "Release;Debug"
+
+
+@pytest.mark.parametrize(("generator", "which"), BUILDS, ids=[f"{g}-{w}".replace(" ", "_") for g, w in BUILDS])
+def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_path, generator, which):
     """One node per phase and target; the programs run (OpenMP on the host device, stand-in HIP/CUDA runtimes);
     a no-op starts nothing; adding a target runs only that target's device nodes, the packages and fat binaries,
     the embeds and host compiles that take them, and the links; a header edit reruns only the compiles of the
-    source that includes it; removing a target compiles no device code and no OpenMP host front end."""
-    configure(project, generator, "x86_64,gfx90a,sm_80")
-    first = build(project, tmp_path)
+    source that includes it (a header found through -I, and one beside the source, which Clang names from the
+    directory the compile runs in); removing a target compiles no device code and no OpenMP host front end.
+    Ninja Multi-Config: the same for its default configuration (Release), then Debug has outputs and flags of its
+    own (every node runs once, with CMAKE_CXX_FLAGS_DEBUG) and leaves Release built."""
+    tool = cmake(which)
+    multi = generator == "Ninja Multi-Config"
+    options = [f"-DCMAKE_CONFIGURATION_TYPES={CONFIGS}"] if multi else []
+
+    def configure_for(archs: str) -> None:
+        configure(project, generator, archs, *options, tool=tool)
+
+    def tests_passed(config: str = "Release", *verbose: str) -> str:
+        tested = run(project, ctest(tool), "--test-dir", "build", "-C", config, *verbose).stdout
+        assert "100% tests passed" in tested and "out of 4" in tested, tested
+        return tested
+
+    configure_for("x86_64,gfx90a,sm_80")
+    first = build(project, tmp_path, tool=tool)
     nodes = collections.Counter((phase, source) for phase, source, _ in first.nodes())
     assert nodes == {
         ("host", "zaxpy.cpp"): 1, ("host", "norm.cpp"): 1, ("device", "zaxpy.cpp"): 3, ("device", "norm.cpp"): 3,
@@ -130,16 +170,15 @@ def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_pat
         ("device", "scale.cu"): 1, ("bundle", "scale.cu"): 1, ("host", "scale.cu"): 1,
     }
     assert sorted(first.links()) == sorted(PROGRAMS)
-    tested = run(project, "ctest", "--test-dir", "build", "-V").stdout
-    assert "100% tests passed" in tested and "out of 4" in tested
+    tested = tests_passed("Release", "-V")
     assert "gfx90a: 1 code object(s)" in tested and "launched 1; 2 fat binary entries: Ok" in tested
     assert "HIP kernels each registered once and launched once: yes" in tested
     assert "sm_80: 1 cubin(s), 1 PTX" in tested and "launched 1; 1 cubins: Ok" in tested
-    assert_no_op(build(project, tmp_path))
+    assert_no_op(build(project, tmp_path, tool=tool))
 
     # Add gfx1030: its device nodes alone (OpenMP, HIP, HIP RDC), then what takes the new image.
-    configure(project, generator, "x86_64,gfx90a,sm_80,gfx1030")
-    added = build(project, tmp_path)
+    configure_for("x86_64,gfx90a,sm_80,gfx1030")
+    added = build(project, tmp_path, tool=tool)
     assert {target for _, _, target in added.nodes("device")} == {"gfx1030"}
     assert sorted(source for _, source, _ in added.nodes("device")) == \
         ["norm.cpp", "plain.hip", "rescale.hip", "scale.hip", "zaxpy.cpp"]
@@ -149,30 +188,41 @@ def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_pat
     assert sorted(source for _, source, _ in added.nodes("host")) == ["plain.hip", "rescale.hip", "scale.hip"]
     assert len(added.nodes()) == 5 + 4 + 2 + 1 + 3 and not added.nodes(source="scale.cu")
     assert sorted(added.links()) == ["hip_check", "hip_rdc", "zaxpy"]
-    assert_no_op(build(project, tmp_path))
+    assert_no_op(build(project, tmp_path, tool=tool))
 
     # A header only norm.cpp includes: norm.cpp's host front end and device compiles. Under Ninja nothing else
     # (their outputs' bytes did not change, so they keep their mtimes and restat stops there); make has no restat
     # across its passes, so there each node's outputs take its time and norm.cpp's package, embed and the link run.
-    os.utime(project / "include" / "norm_only.hpp")
-    touched = build(project, tmp_path)
-    phases = collections.Counter(phase for phase, _, _ in touched.nodes())
-    assert {source for _, source, _ in touched.nodes()} == {"norm.cpp"}
-    if generator == "Ninja":
-        assert phases == {"host": 1, "device": 4} and touched.links() == []
-    else:
-        assert phases == {"host": 1, "device": 4, "package": 1, "embed": 1} and touched.links() == ["zaxpy"]
-    assert_no_op(build(project, tmp_path))
+    for header in ("include/norm_only.hpp", "src/norm_local.hpp"):
+        os.utime(project / header)
+        touched = build(project, tmp_path, tool=tool)
+        phases = collections.Counter(phase for phase, _, _ in touched.nodes())
+        assert {source for _, source, _ in touched.nodes()} == {"norm.cpp"}, header
+        if generator.startswith("Ninja"):
+            assert phases == {"host": 1, "device": 4} and touched.links() == [], header
+        else:
+            assert phases == {"host": 1, "device": 4, "package": 1, "embed": 1} and touched.links() == ["zaxpy"]
+        assert_no_op(build(project, tmp_path, tool=tool))
 
     # Remove gfx90a: no device compile and no OpenMP host front end; packages, fat binary, embeds, links.
-    configure(project, generator, "x86_64,sm_80,gfx1030")
-    removed = build(project, tmp_path)
+    configure_for("x86_64,sm_80,gfx1030")
+    removed = build(project, tmp_path, tool=tool)
     assert removed.nodes("device") == [] and removed.nodes("host", "zaxpy.cpp") == []
     assert len(removed.nodes("package")) == 4 and len(removed.nodes("embed")) == 2
     assert sorted(removed.links()) == ["hip_check", "hip_rdc", "zaxpy"]
-    assert_no_op(build(project, tmp_path))
-    tested = run(project, "ctest", "--test-dir", "build").stdout
-    assert "100% tests passed" in tested and "out of 4" in tested
+    assert_no_op(build(project, tmp_path, tool=tool))
+    tests_passed()
+
+    if multi:
+        debug = build(project, tmp_path, tool=tool, config="Debug")
+        assert collections.Counter((phase, source) for phase, source, _ in debug.nodes()) == nodes
+        compiles = [p for p in debug.processes if p.program == "offload-compile"]
+        assert all("/build/" in (p.option("-o") or "") and "/Debug/" in (p.option("-o") or "") for p in compiles)
+        assert all("-g" in p.argv for p in compiles if p.argv[1] in ("host", "device"))
+        assert sorted(debug.links()) == sorted(PROGRAMS)
+        tests_passed("Debug")
+        assert_no_op(build(project, tmp_path, tool=tool))   # Release
+        assert_no_op(build(project, tmp_path, tool=tool, config="Debug"))
 
 
 SCONSTRUCT = textwrap.dedent("""\
@@ -192,34 +242,107 @@ SCONSTRUCT = textwrap.dedent("""\
 
 
 def test_cmake_objects_are_the_scons_tools_byte_for_byte(project):
-    """The same sources, flags and targets as the SCons tool: with OFFLOAD_SOURCE_ROOT the SCons top directory (the
-    HIP/CUDA default CUID), the plain HIP and CUDA objects are the SCons tool's byte for byte, and so is every
-    device image that is an object (x86_64, the sm_80 cubin). Device images that are LLVM bitcode (OpenMP gfx90a,
-    HIP RDC), and so the OpenMP and HIP RDC objects that embed them, differ in one string: the bitcode's
-    source_filename, the source's path as the compile named it (CMake: absolute; SCons: from its top directory)."""
+    """The same sources, flags and targets as the SCons tool: offload-compile runs in OFFLOAD_SOURCE_ROOT (the
+    sample sets it to its top directory, the SCons tool's) and names each source from there, so every object, device
+    image (LLVM bitcode included: its source_filename is that name), package, fat binary and PTX is the SCons
+    tool's byte for byte; the HIP/CUDA CUID is the MD5 of that name, as the SCons tool's."""
     (project / "SConstruct").write_text(SCONSTRUCT)
     run(project, SCONS, "-Q")
-    configure(project, "Ninja", "x86_64,gfx90a,sm_80", f"-DOFFLOAD_SOURCE_ROOT={project}")
+    configure(project, "Ninja", "x86_64,gfx90a,sm_80")
     run(project, cmake(), "--build", "build")
     build, scons = project / "build", project / "scons"
-    for name, ours in {"plain.hip": "hip_check.offload/__/mixed/src/plain.hip.o",
-                       "scale.cu": "cuda_check.offload/__/cuda/src/scale.cu.o"}.items():
-        assert (build / ours).read_bytes() == (scons / f"{name}.o").read_bytes(), name
+    pairs = {}
     for source in ("zaxpy.cpp", "norm.cpp"):
-        ours = build / "zaxpy.offload" / "__" / "src" / source
-        assert Path(f"{ours}.x86_64.dev").read_bytes() == (scons / f"{source}.x86_64.dev.o").read_bytes()
-        assert Path(f"{ours}.sm_80.dev").read_bytes() == (scons / f"{source}.sm_80.dev.cubin.o").read_bytes()
-        assert bitcode_text(Path(f"{ours}.gfx90a.dev")) == bitcode_text(scons / f"{source}.gfx90a.dev.bc")
+        ours = f"zaxpy.offload/__/src/{source}"
+        pairs |= {f"{ours}.host.bc": f"{source}.host.bc", f"{ours}.x86_64.dev": f"{source}.x86_64.dev.o",
+                  f"{ours}.sm_80.dev": f"{source}.sm_80.dev.cubin.o", f"{ours}.gfx90a.dev": f"{source}.gfx90a.dev.bc",
+                  f"{ours}.o": f"{source}.o"}
+    ours = "hip_check.offload/__/mixed/src/plain.hip"
+    pairs |= {f"{ours}.gfx90a.hsaco": "plain.hip.gfx90a.hsaco", f"{ours}.fatbin": "plain.hip.hipfb",
+              f"{ours}.o": "plain.hip.o"}
     for source in ("scale.hip", "rescale.hip"):
-        ours = build / "hip_rdc.offload" / "__" / "mixed" / "src" / f"{source}.gfx90a.bc"
-        assert bitcode_text(ours) == bitcode_text(scons / f"{source}.gfx90a.dev.bc")
+        ours = f"hip_rdc.offload/__/mixed/src/{source}"
+        pairs |= {f"{ours}.gfx90a.bc": f"{source}.gfx90a.dev.bc", f"{ours}.pkg": f"{source}.offload.pkg",
+                  f"{ours}.o": f"{source}.o"}
+    ours = "cuda_check.offload/__/cuda/src/scale.cu"
+    pairs |= {f"{ours}.sm_80.cubin": "scale.cu.sm_80.cubin", f"{ours}.sm_80.cubin.ptx": "scale.cu.sm_80.dev.s",
+              f"{ours}.fatbin": "scale.cu.fatbin", f"{ours}.o": "scale.cu.o"}
+    differ = [name for name, theirs in pairs.items() if (build / name).read_bytes() != (scons / theirs).read_bytes()]
+    assert differ == []
+    # The sources as the commands name them: from the source root, where the commands run.
+    commands = offload_commands(project)
+    assert all(line.startswith(f"cd {project} && ") for line in commands)
+    assert " src/zaxpy.cpp " in " ".join(commands) and " mixed/src/plain.hip " in " ".join(commands)
+    assert f" {project}/src/" not in " ".join(commands)
 
 
-def bitcode_text(path: Path) -> list[str]:
-    """The module's text, without its ModuleID and source_filename (the names it was compiled from and to)."""
-    done = subprocess.run([str(find_toolchain().tool("llvm-dis")), str(path), "-o", "-"], check=True,
-                          capture_output=True, text=True)
-    return [line for line in done.stdout.splitlines() if not line.startswith(("; ModuleID", "source_filename"))]
+def offload_commands(project: Path) -> list[str]:
+    """The offload-compile command lines of ``build/build.ninja``."""
+    text = (project / "build" / "build.ninja").read_text()
+    return [line.strip().removeprefix("COMMAND = ") for line in text.splitlines() if "/offload-compile " in line]
+
+
+def test_cmake_names_sources_outside_the_source_root_by_absolute_path(project):
+    """OFFLOAD_SOURCE_ROOT src: zaxpy.cpp is named from there; the HIP and CUDA sources, outside it, by their
+    absolute paths (and their CUID is the MD5 of that path: no --source-root). Empty: every source absolute, the
+    commands run in the build directory as CMake's default."""
+    configure(project, "Ninja", "x86_64,gfx90a,sm_80", f"-DOFFLOAD_SOURCE_ROOT={project}/src")
+    commands = offload_commands(project)
+    assert commands and all(line.startswith(f"cd {project}/src && ") for line in commands)
+    text = " ".join(commands)
+    assert " zaxpy.cpp " in text and f" {project}/src/zaxpy.cpp " not in text and "--source-root" not in text
+    assert f" {project}/mixed/src/plain.hip " in text and f" {project}/cuda/src/scale.cu " in text
+    configure(project, "Ninja", "x86_64,gfx90a,sm_80", "-DOFFLOAD_SOURCE_ROOT=")
+    commands = offload_commands(project)
+    assert commands and all(line.startswith(f"cd {project}/build && ") for line in commands)
+    assert f" {project}/src/zaxpy.cpp " in " ".join(commands)
+
+
+VERSIONS = textwrap.dedent("""\
+    cmake_minimum_required(VERSION 3.20)
+    project(versions NONE)
+    foreach(request IN LISTS REQUESTS)
+      set(OffloadBuilders_DIR "${OFFLOAD_DIR}" CACHE PATH "" FORCE)  # a request not met set it to NOTFOUND
+      string(REPLACE " " ";" request "${request}")
+      find_package(OffloadBuilders ${request} QUIET)
+      message(STATUS "request ${request}: ${OffloadBuilders_FOUND} ${OffloadBuilders_VERSION}")
+      unset(OffloadBuilders_VERSION)
+    endforeach()
+    set(OffloadBuilders_DIR "${OFFLOAD_DIR}" CACHE PATH "" FORCE)
+    find_package(OffloadBuilders ${REQUIRED} REQUIRED)
+""")
+
+
+@pytest.mark.parametrize("which", ["wheel", "system"])
+def test_cmake_package_version_is_the_python_packages(project, which):
+    """OffloadBuildersConfigVersion.cmake: the version is offload_builders.__version__; a request of the same major
+    version that is not newer is met (SameMajorVersion), as is a range holding it; a newer one, another major
+    version, or EXACT another version is not; find_package(... REQUIRED) of one fails with CMake's own message."""
+    major, minor = (int(part) for part in __version__.split(".")[:2])
+    met = [f"{major}.{minor}", f"{__version__} EXACT", f"{major}", f"{major}.{minor}...<{major + 1}",
+           f"{major}...{__version__}"]
+    unmet = [f"{major}.{minor + 1}", f"{major + 1}", f"{__version__}.1 EXACT", f"{major + 1}...{major + 2}",
+             f"{major}...<{__version__}", f"{major}...{major}.0.0.1"]
+    (project / "versions").mkdir()
+    (project / "versions" / "CMakeLists.txt").write_text(VERSIONS)
+
+    def configure_versions(required: str, build_dir: str) -> subprocess.CompletedProcess:
+        return run(project, cmake(which), "-S", "versions", "-B", build_dir, f"-DOFFLOAD_DIR={cmake_dir()}",
+                   f"-DREQUESTS={';'.join(met + unmet)}", f"-DREQUIRED={required}", check=False)
+
+    done = configure_versions(f"{major}.{minor}", "versions-met")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line.rstrip() for line in done.stdout.splitlines()]
+    for request in met + unmet:
+        found = request in met
+        line = f"-- request {request.replace(' ', ';')}: {int(found)} {__version__ if found else ''}".rstrip()
+        assert line in lines, (line, done.stdout)
+    done = configure_versions("99", "versions-unmet")
+    assert done.returncode != 0
+    text = " ".join((done.stdout + done.stderr).split())
+    assert 'Could not find a configuration file for package "OffloadBuilders" that is compatible with requested ' \
+        'version "99".' in text, text
+    assert f"{cmake_dir()}/OffloadBuildersConfig.cmake, version: {__version__}" in text, text
 
 
 def configure_error(project: Path, *options: str, **extra: str) -> str:
@@ -240,5 +363,7 @@ def test_cmake_errors_are_one_line_naming_the_target_id_or_the_tool(project):
     assert "conflicting offload target IDs 'gfx90a' and 'gfx90a:xnack+'" in line
     line = configure_error(project, "-DOFFLOAD_COMPILE=/nonexistent/offload-compile")
     assert line.startswith("OffloadBuilders: offload-compile not found (OFFLOAD_COMPILE=/nonexistent/offload-compile)")
+    line = configure_error(project, "-DOFFLOAD_SOURCE_ROOT=/nonexistent")
+    assert line == "OFFLOAD_SOURCE_ROOT '/nonexistent' is not a directory"
     line = configure_error(project, OFFLOAD_CLANG="/nonexistent/clang")
     assert line.startswith("OffloadBuilders: offload-link: error: no Clang found") and "/nonexistent/clang" in line

@@ -129,6 +129,8 @@ HIP (.hip) and CUDA (.cu) sources:
 OPTIONS:
   -o <file>            - Output; written atomically, left untouched (mtime too) when its bytes are unchanged
   --depfile <file>     - Write a gcc-style depfile (output: source, headers, compiler binaries)
+  --absolute-depfile   - Name the depfile's prerequisites by absolute path (CMake reads relative ones from its
+                         binary directory, not the command's working directory)
   --target <ID>        - The target ID of a device compile (NVPTX: includes ptxas; the output is the cubin)
   --targets <ID,...>   - The target IDs of the package's or fat binary's images, in the images' order; CUDA
                          device and host: all the source's targets, whose __CUDA_ARCH_LIST__ Clang 20+ defines
@@ -170,6 +172,7 @@ class _Options:
     cuid: str | None = None
     source_root: str | None = None
     cmake_dir: bool = False
+    absolute_depfile: bool = False
     help: bool = False
     version: bool = False
 
@@ -179,6 +182,7 @@ _PARSER = Parser(PROG, [
     *(Option(name) for name in ("--depfile", "--target", "--targets", "--host-bc", "--package", "--fatbin",
                                 "--cuid", "--source-root")),
     Option("--cmake-dir", action=FLAG),
+    Option("--absolute-depfile", action=FLAG),
     Option("--help", "-help", "-h", action=FLAG),
     Option("--version", action=FLAG),
 ], dashes="exact", missing="missing value for {name}",
@@ -356,10 +360,16 @@ def _escape(path: str) -> str:
     return "".join(out)
 
 
-def _write_depfile(depfile: str | None, output: str, prerequisites: Sequence[str]) -> None:
-    """One rule, ``output`` and each prerequisite escaped as Clang escapes them (:func:`_escape`)."""
-    if depfile is None:
+def _write_depfile(opts: _Options, prerequisites: Sequence[str]) -> None:
+    """One rule, the output and each prerequisite escaped as Clang escapes them (:func:`_escape`); with
+    ``--absolute-depfile`` each prerequisite named relatively (as the compile named it, from the working
+    directory) made absolute: CMake reads relative depfile paths from its binary directory, not from the
+    command's ``WORKING_DIRECTORY``."""
+    depfile, output = opts.depfile, opts.output
+    if depfile is None or output is None:
         return
+    if opts.absolute_depfile:
+        prerequisites = [os.path.abspath(path) for path in prerequisites]
     unique = list(dict.fromkeys(prerequisites))
     text = f"{_escape(output)}:" + "".join(f" \\\n  {_escape(path)}" for path in unique) + "\n"
     partial = _partial(depfile)
@@ -609,7 +619,7 @@ def _host(opts: _Options) -> int:
     read = _compile_one_job(opts, argv, opts.output, tools=_compiler_files(model), identity=True)
     # Every file whose inode names target regions in this bitcode (the source first, then its headers).
     _commit_text(opts.output + IDENTITY_SUFFIX, "".join(file_identity(path) + "\n" for path in read))
-    _write_depfile(opts.depfile, opts.output, [*read, *_binaries(argv), *_compiler_files(model)])
+    _write_depfile(opts, [*read, *_binaries(argv), *_compiler_files(model)])
     return 0
 
 
@@ -656,7 +666,7 @@ def _device(opts: _Options) -> int:
         read = _compile_jobs(opts, ran, [opts.output], scratch, tools=_compiler_files(model), inputs=[host_bc],
                              identity=True)
     binaries = [path for job in ran for path in _binaries(job)]
-    _write_depfile(opts.depfile, opts.output, [*read, host_bc, *binaries, *_compiler_files(model)])
+    _write_depfile(opts, [*read, host_bc, *binaries, *_compiler_files(model)])
     return 0
 
 
@@ -692,7 +702,7 @@ def _package(opts: _Options) -> int:
     described = ["offload-builders-package", *command[1:], *(f"{name}={path}" for name, path in named.items())]
     _produce([opts.output], produce, _lookup(opts, [described], [opts.output], inputs=list(named.values()),
                                              tools=_compiler_files(model), in_process=True))
-    _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_compiler_files(model)])
+    _write_depfile(opts, [*(path for _, path in pairs), *_compiler_files(model)])
     return 0
 
 
@@ -734,7 +744,7 @@ def _embed(opts: _Options) -> int:
     argv = steps.embed.render(host_bc=host_bc, main_file_name=os.path.basename(source), package=package,
                               output=_partial(opts.output))
     _run_to(opts, argv, opts.output, inputs=[host_bc, package], tools=_compiler_files(model))
-    _write_depfile(opts.depfile, opts.output, [host_bc, package, *_binaries(argv), *_compiler_files(model)])
+    _write_depfile(opts, [host_bc, package, *_binaries(argv), *_compiler_files(model)])
     return 0
 
 
@@ -852,7 +862,7 @@ def _gpu_device(opts: _Options, model: str) -> int:
         outputs = [opts.output] if ptx is None else [ptx, opts.output]
         read = _compile_jobs(opts, ran, outputs, scratch, tools=_compiler_files(phases))
     binaries = [path for job in ran for path in _binaries(job)]
-    _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(phases)])
+    _write_depfile(opts, [*read, *binaries, *_compiler_files(phases)])
     return 0
 
 
@@ -905,7 +915,7 @@ def _bundle(opts: _Options) -> int:
         argv = fatbinary_command(phases.host_steps(flags), images, partial)
         _run_to(opts, argv, opts.output, inputs=read, tools=_compiler_files(phases))
         binaries = _binaries(argv)
-    _write_depfile(opts.depfile, opts.output, [*read, *binaries, *_compiler_files(phases)])
+    _write_depfile(opts, [*read, *binaries, *_compiler_files(phases)])
     return 0
 
 
@@ -935,7 +945,7 @@ def _gpu_package(opts: _Options, source: str, model: str) -> int:
         argv = cuda_package_command(phases.toolchain, [(steps, path) for steps, path in images
                                                        if isinstance(steps, CudaDeviceSteps)], partial)
     _run_to(opts, argv, opts.output, inputs=[path for _, path in pairs], tools=_compiler_files(phases))
-    _write_depfile(opts.depfile, opts.output, [*(path for _, path in pairs), *_binaries(argv),
+    _write_depfile(opts, [*(path for _, path in pairs), *_binaries(argv),
                                                *_compiler_files(phases)])
     return 0
 
@@ -966,7 +976,7 @@ def _gpu_host(opts: _Options, model: str) -> int:
     argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=_partial(opts.output),
                                 **device_side, **cuid, **arch_list)
     read = _compile_one_job(opts, argv, opts.output, tools=_compiler_files(phases), inputs=list(device_side.values()))
-    _write_depfile(opts.depfile, opts.output, [*read, *device_side.values(), *_binaries(argv),
+    _write_depfile(opts, [*read, *device_side.values(), *_binaries(argv),
                                                *_compiler_files(phases)])
     return 0
 

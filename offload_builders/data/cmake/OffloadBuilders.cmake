@@ -23,7 +23,10 @@
 # The model of a source is its suffix: .hip HIP (gfx targets), .cu CUDA (sm targets), else OpenMP C/C++
 # (every target). Every phase gets FLAGS, the model's flags, CMAKE_<C|CXX>_FLAGS[_<CONFIG>], and the
 # target's INCLUDE_DIRECTORIES, COMPILE_DEFINITIONS and COMPILE_OPTIONS (transitively, from what it links).
-# Single-configuration generators (Ninja, Unix Makefiles).
+# The commands run in OFFLOAD_SOURCE_ROOT (default: the top source directory) and name the sources under it from
+# there, as the SCons tool from its top directory: with that directory as the root, the same flags and targets give
+# the SCons tool's objects byte for byte. Generators: Ninja, Unix Makefiles, Ninja Multi-Config (each configuration
+# its own outputs, <target>.offload/<config>/, and its CMAKE_<C|CXX>_FLAGS_<CONFIG>).
 include_guard(GLOBAL)
 
 if(CMAKE_VERSION VERSION_LESS 3.20)
@@ -35,8 +38,8 @@ cmake_policy(VERSION 3.20...4.4)
 
 set(OFFLOAD_ARCHS "x86_64" CACHE STRING
   "Offload target IDs, comma-separated (x86_64 runs on this CPU; sm_90, gfx90a:xnack+, ...)")
-set(OFFLOAD_SOURCE_ROOT "" CACHE PATH
-  "HIP/CUDA without RDC: the default CUID hashes a source's path relative to this directory (empty: its absolute path)")
+set(OFFLOAD_SOURCE_ROOT "${CMAKE_SOURCE_DIR}" CACHE PATH
+  "Where offload-compile runs; it names sources under it from here, as the SCons tool from its top directory (empty: the binary directory, absolute names)")
 option(OFFLOAD_CUDA_ARCH_LIST
   "CUDA device and host compiles get all the source's targets (--targets: Clang 20+ defines __CUDA_ARCH_LIST__)" OFF)
 
@@ -131,6 +134,21 @@ function(_offload_model out src)
   endif()
 endfunction()
 
+# CMAKE_<lang>_FLAGS, and each configuration's CMAKE_<lang>_FLAGS_<CONFIG> as $<$<CONFIG:cfg>:flag> (multi-config).
+function(_offload_config_flags out lang)
+  separate_arguments(flags UNIX_COMMAND "${CMAKE_${lang}_FLAGS}")
+  foreach(cfg IN LISTS CMAKE_CONFIGURATION_TYPES)
+    string(TOUPPER "${cfg}" CFG)
+    separate_arguments(cfg_flags UNIX_COMMAND "${CMAKE_${lang}_FLAGS_${CFG}}")
+    foreach(flag IN LISTS cfg_flags)
+      string(REPLACE ">" "$<ANGLE-R>" flag "${flag}")
+      string(REPLACE "," "$<COMMA>" flag "${flag}")
+      list(APPEND flags "$<$<CONFIG:${cfg}>:${flag}>")
+    endforeach()
+  endforeach()
+  set(${out} "${flags}" PARENT_SCOPE)
+endfunction()
+
 # A file whose bytes are `content` and whose mtime changes only when they do (file(GENERATE) rewrites only
 # a changed file): Makefiles rerun on timestamps alone, so each node depends on the stamp of what its command
 # line carries (flags, target lists) and reruns when that changes, as Ninja does by its command hash.
@@ -142,8 +160,13 @@ function(_offload_stamp tgt path content)
   endif()
 endfunction()
 
+# The commands run in OFFLOAD_SOURCE_ROOT and name a source under it by its path from there, so the objects are the
+# SCons tool's byte for byte (the bitcode's source_filename, __FILE__, debug info). Clang names such a source, a
+# header found beside it or through a relative -I, relatively in the depfile, but CMake reads relative depfile paths
+# from the binary directory: offload-compile --absolute-depfile names them by absolute path.
+
 function(_offload_command output)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "COMMENT" "OUTPUTS;COMMAND;DEPENDS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "COMMENT;WORKING_DIRECTORY" "OUTPUTS;COMMAND;DEPENDS")
   list(POP_FRONT arg_COMMAND phase)
   # offload-compile leaves an output whose bytes did not change untouched, which Ninja's restat turns into
   # stopping there. make has no restat across its passes: an output older than a header it was rebuilt for would
@@ -153,9 +176,13 @@ function(_offload_command output)
   if(CMAKE_GENERATOR MATCHES "Makefiles")
     set(touch COMMAND "${CMAKE_COMMAND}" -E touch_nocreate "${output}" ${arg_OUTPUTS})
   endif()
+  set(cwd "")
+  if(arg_WORKING_DIRECTORY)
+    set(cwd WORKING_DIRECTORY "${arg_WORKING_DIRECTORY}")
+  endif()
   add_custom_command(OUTPUT "${output}" ${arg_OUTPUTS}
-    COMMAND "${OFFLOAD_COMPILE}" ${phase} --depfile "${output}.d" ${arg_COMMAND} ${touch}
-    DEPENDS ${arg_DEPENDS} DEPFILE "${output}.d" COMMENT "${arg_COMMENT}" COMMAND_EXPAND_LISTS VERBATIM)
+    COMMAND "${OFFLOAD_COMPILE}" ${phase} --depfile "${output}.d" --absolute-depfile ${arg_COMMAND} ${touch}
+    DEPENDS ${arg_DEPENDS} DEPFILE "${output}.d" ${cwd} COMMENT "${arg_COMMENT}" COMMAND_EXPAND_LISTS VERBATIM)
 endfunction()
 
 # offload_target_sources(<target> [ARCHS ...] [FLAGS ...] [OPENMP_FLAGS|HIP_FLAGS|CUDA_FLAGS ...] [RDC]
@@ -177,7 +204,12 @@ function(offload_target_sources tgt)
   if(NOT arg_ARCHS)
     set(arg_ARCHS "${OFFLOAD_ARCHS}")
   endif()
+  # Multi-configuration generators (Ninja Multi-Config): each configuration its own outputs and flags.
+  get_property(multi GLOBAL PROPERTY GENERATOR_IS_MULTI_CONFIG)
   set(base "${CMAKE_CURRENT_BINARY_DIR}/${tgt}.offload")
+  if(multi)
+    string(APPEND base "/$<CONFIG>")
+  endif()
   string(TOUPPER "${CMAKE_BUILD_TYPE}" config)
   set(inc "$<TARGET_PROPERTY:${tgt},${prefix}INCLUDE_DIRECTORIES>")
   set(def "$<TARGET_PROPERTY:${tgt},${prefix}COMPILE_DEFINITIONS>")
@@ -185,6 +217,15 @@ function(offload_target_sources tgt)
     "$<TARGET_PROPERTY:${tgt},${prefix}COMPILE_OPTIONS>")
   if(type MATCHES "^(SHARED|MODULE)_LIBRARY$")
     list(APPEND usage -fPIC)
+  endif()
+  set(root "")
+  if(OFFLOAD_SOURCE_ROOT)
+    get_filename_component(root "${OFFLOAD_SOURCE_ROOT}" ABSOLUTE BASE_DIR "${CMAKE_SOURCE_DIR}")
+    if(NOT IS_DIRECTORY "${root}")
+      message(FATAL_ERROR " OFFLOAD_SOURCE_ROOT '${OFFLOAD_SOURCE_ROOT}' is not a directory")
+    elseif(root MATCHES "\\\\")
+      message(FATAL_ERROR " OFFLOAD_SOURCE_ROOT '${root}': a path with a backslash is not supported")
+    endif()
   endif()
   set(models "")
   set(objects "")
@@ -200,14 +241,25 @@ function(offload_target_sources tgt)
     string(REGEX REPLACE "^/" "" rel "${rel}")
     set(o "${base}/${rel}")
     get_filename_component(dir "${o}" DIRECTORY)
-    file(MAKE_DIRECTORY "${dir}")
+    if(multi)
+      foreach(cfg IN LISTS CMAKE_CONFIGURATION_TYPES)
+        string(REPLACE "$<CONFIG>" "${cfg}" cfg_dir "${dir}")
+        file(MAKE_DIRECTORY "${cfg_dir}")
+      endforeach()
+    else()
+      file(MAKE_DIRECTORY "${dir}")
+    endif()
 
     # Flags and target list of the source's model; their stamps.
     set(lang CXX)
     if(model STREQUAL "openmp" AND path MATCHES "\\.c$")
       set(lang C)
     endif()
-    separate_arguments(lang_flags UNIX_COMMAND "${CMAKE_${lang}_FLAGS} ${CMAKE_${lang}_FLAGS_${config}}")
+    if(multi)
+      _offload_config_flags(lang_flags "${lang}")
+    else()
+      separate_arguments(lang_flags UNIX_COMMAND "${CMAKE_${lang}_FLAGS} ${CMAKE_${lang}_FLAGS_${config}}")
+    endif()
     string(TOUPPER "${model}" MODEL)
     set(flags ${arg_FLAGS} ${arg_${MODEL}_FLAGS} ${lang_flags} ${usage})
     set(rdc FALSE)
@@ -220,7 +272,7 @@ function(offload_target_sources tgt)
       string(APPEND stamp_name ".rdc")
     endif()
     set(flags_stamp "${base}/${stamp_name}.flags")
-    string(JOIN "\n" content ${flags})
+    string(JOIN "\n" content "# run in: ${root}" ${flags})  # (Makefiles: a new OFFLOAD_SOURCE_ROOT renames sources)
     _offload_stamp(${tgt} "${flags_stamp}" "${content}")
     if(model STREQUAL "openmp")
       offload_archs(archs ARCHS ${arg_ARCHS})
@@ -236,9 +288,19 @@ function(offload_target_sources tgt)
     set(archs_stamp "${base}/${model}.archs")
     _offload_stamp(${tgt} "${archs_stamp}" "${list}")
 
+    # The commands run in OFFLOAD_SOURCE_ROOT (relative paths in flags are from there) and name a source under it
+    # by its path from there (the HIP/CUDA default CUID hashes that path), as the SCons tool from its top directory.
+    set(given "${path}")
+    set(run_in "")
     set(cuid "")
-    if(NOT rdc AND NOT model STREQUAL "openmp" AND OFFLOAD_SOURCE_ROOT)
-      set(cuid --source-root "${OFFLOAD_SOURCE_ROOT}")
+    if(root)
+      set(run_in WORKING_DIRECTORY "${root}")
+      file(RELATIVE_PATH from_root "${root}" "${path}")
+      if(NOT from_root MATCHES "^\\.\\./" AND NOT IS_ABSOLUTE "${from_root}")
+        set(given "${from_root}")
+        # Every phase: the HIP/CUDA CUID's path (plain compiles) and the remote cache's root ($OFFLOAD_REMOTE).
+        set(cuid --source-root "${root}")
+      endif()
     endif()
     set(arch_list "")
     set(arch_list_stamp "")
@@ -249,21 +311,21 @@ function(offload_target_sources tgt)
 
     set(images "")
     if(model STREQUAL "openmp")
-      _offload_command("${o}.host.bc" OUTPUTS "${o}.host.bc.identity" COMMENT "offload host ${rel}"
-        COMMAND host "${path}" -o "${o}.host.bc" -- ${flags}
+      _offload_command("${o}.host.bc" OUTPUTS "${o}.host.bc.identity" COMMENT "offload host ${rel}" ${run_in}
+        COMMAND host "${given}" -o "${o}.host.bc" -- ${flags}
         DEPENDS "${path}" "${flags_stamp}")
       foreach(arch IN LISTS archs)
         string(REPLACE ":" "_" name "${arch}")
-        _offload_command("${o}.${name}.dev" COMMENT "offload device ${arch} ${rel}"
-          COMMAND device "${path}" --host-bc "${o}.host.bc" --target "${arch}" -o "${o}.${name}.dev" -- ${flags}
+        _offload_command("${o}.${name}.dev" COMMENT "offload device ${arch} ${rel}" ${run_in}
+          COMMAND device "${given}" --host-bc "${o}.host.bc" --target "${arch}" -o "${o}.${name}.dev" -- ${flags}
           DEPENDS "${path}" "${o}.host.bc" "${flags_stamp}")
         list(APPEND images "${o}.${name}.dev")
       endforeach()
-      _offload_command("${o}.pkg" COMMENT "offload package ${rel}"
-        COMMAND package "${path}" ${images} --targets "${list}" -o "${o}.pkg" -- ${flags}
+      _offload_command("${o}.pkg" COMMENT "offload package ${rel}" ${run_in}
+        COMMAND package "${given}" ${images} --targets "${list}" -o "${o}.pkg" -- ${flags}
         DEPENDS ${images} "${archs_stamp}")
-      _offload_command("${o}.o" COMMENT "offload embed ${rel}"
-        COMMAND embed "${path}" --host-bc "${o}.host.bc" --package "${o}.pkg" -o "${o}.o" -- ${flags}
+      _offload_command("${o}.o" COMMENT "offload embed ${rel}" ${run_in}
+        COMMAND embed "${given}" --host-bc "${o}.host.bc" --package "${o}.pkg" -o "${o}.o" -- ${flags}
         DEPENDS "${o}.host.bc" "${o}.pkg" "${flags_stamp}")
     else()
       if(rdc)
@@ -283,29 +345,31 @@ function(offload_target_sources tgt)
         if(model STREQUAL "cuda" AND NOT rdc)
           set(extra "${image}.ptx")                   # the PTX the fat binary also holds
         endif()
-        _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}"
-          COMMAND device "${path}" --target "${arch}" ${arch_list} ${cuid} -o "${image}" -- ${flags}
+        _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}" ${run_in}
+          COMMAND device "${given}" --target "${arch}" ${arch_list} ${cuid} -o "${image}" -- ${flags}
           DEPENDS "${path}" "${flags_stamp}" ${arch_list_stamp})
         list(APPEND images "${image}")
       endforeach()
       if(rdc)
         set(device_side "${o}.pkg")
-        _offload_command("${o}.pkg" COMMENT "offload package ${rel}"
-          COMMAND package "${path}" ${images} --targets "${list}" -o "${o}.pkg" -- ${flags}
+        _offload_command("${o}.pkg" COMMENT "offload package ${rel}" ${run_in}
+          COMMAND package "${given}" ${images} --targets "${list}" -o "${o}.pkg" -- ${flags}
           DEPENDS ${images} "${archs_stamp}")
         set(device_option --package)
       else()
         set(device_side "${o}.fatbin")
-        _offload_command("${o}.fatbin" COMMENT "offload bundle ${rel}"
-          COMMAND bundle "${path}" ${images} --targets "${list}" -o "${o}.fatbin" -- ${flags}
+        _offload_command("${o}.fatbin" COMMENT "offload bundle ${rel}" ${run_in}
+          COMMAND bundle "${given}" ${images} --targets "${list}" -o "${o}.fatbin" -- ${flags}
           DEPENDS ${images} "${archs_stamp}")
         set(device_option --fatbin)
       endif()
-      _offload_command("${o}.o" COMMENT "offload host ${rel}"
-        COMMAND host "${path}" ${device_option} "${device_side}" ${arch_list} ${cuid} -o "${o}.o" -- ${flags}
+      _offload_command("${o}.o" COMMENT "offload host ${rel}" ${run_in}
+        COMMAND host "${given}" ${device_option} "${device_side}" ${arch_list} ${cuid} -o "${o}.o" -- ${flags}
         DEPENDS "${path}" "${device_side}" "${flags_stamp}" ${arch_list_stamp})
     endif()
-    set_source_files_properties("${o}.o" PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+    if(NOT multi)  # (a path with $<CONFIG> is an object by its suffix, and generated as a custom command's output)
+      set_source_files_properties("${o}.o" PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
+    endif()
     list(APPEND objects "${o}.o")
   endforeach()
 
