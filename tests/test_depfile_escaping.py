@@ -72,6 +72,19 @@ def test_each_name_is_escaped_as_clangs_own_dependency_file_escapes_it(tricky):
         assert "$$$$" not in text.replace("a$$$$b", "")
 
 
+def test_absolute_depfile_names_every_prerequisite_by_absolute_path(tricky):
+    """``--absolute-depfile`` (CMake, which reads relative depfile paths from its binary directory): the same
+    prerequisites, escaped the same way, each named from the working directory by absolute path."""
+    _oc(tricky, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "relative.d", "--", "-Iinc")
+    _oc(tricky, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "absolute.d", "--absolute-depfile", "--", "-Iinc")
+    from offload_builders.cli.compile import _read_make_dependencies
+
+    relative = _read_make_dependencies(str(tricky / "relative.d"))
+    absolute = _read_make_dependencies(str(tricky / "absolute.d"))
+    assert relative[:2] == ["k.cpp", "inc/sp ace.h"] and len(absolute) == len(relative)
+    assert absolute == [path if os.path.isabs(path) else str(tricky / path) for path in relative]
+
+
 def test_reading_clangs_file_gives_the_files_and_writes_its_text_back(tricky):
     """The paths read from Clang's file are the files themselves (but for a backslash, which Clang 19 itself
     writes as a ``/``), and escaped again they are Clang's text byte for byte."""
