@@ -43,7 +43,8 @@ def test_a_path_that_merely_starts_like_the_checkout_is_kept():
     assert step == f"-I /home/a/project2/include -I {CHECKOUT_TOKEN}/include"
 
 
-@pytest.mark.parametrize("flag", ["-debug-info-kind=constructor", "-fcoverage-mapping", "-lineinfo", "-g"])
+@pytest.mark.parametrize("flag", ["-debug-info-kind=constructor", "-fcoverage-mapping", "-lineinfo", "-g",
+                                  "-coverage-notes-file={root}/x.gcno", "-record-command-line"])
 def test_debug_information_keeps_the_checkout_path_in_the_key(flag):
     """``DW_AT_comp_dir`` (and coverage mappings, PTX line information) hold the compilation directory: such a
     node shares only with checkouts at the same path."""

@@ -35,7 +35,7 @@ CHECKOUT_TOKEN = "$CHECKOUT"
 _PATH_SENSITIVE = re.compile(
     r"^(?:-debug-info-kind=|-g$|-g[0-3]$|-ggdb|-gdwarf|-gline-tables-only|-fcoverage-mapping|--coverage|"
     r"-fprofile-instr-generate|-fprofile-instrument=|-ftest-coverage|-fprofile-arcs|-lineinfo|--generate-line-info|"
-    r"--device-debug|-G$)")
+    r"--device-debug|-G$|-coverage-notes-file=|-coverage-data-file=|-record-command-line|-dwarf-debug-flags)")
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class RemoteCache:
         client = self._connection()
         if client is None:
             return False
+        from offload_builders.remote.client import BlobNotFoundError
         try:
             result = client.get_action_result(messages.action_digest)
             if result is None:
@@ -85,11 +86,15 @@ class RemoteCache:
             _download_outputs(client, messages, result, destinations)
             self.counts["hits"] += 1
             return True
+        except BlobNotFoundError:  # the result outlived its blobs (evicted): a miss
+            self.counts["misses"] += 1
         except RemoteIntegrityError as error:
             self.counts["integrity"] += 1
             self._warn(f"remote cache: {error}; building {', '.join(sorted(destinations))} locally")
         except RemoteError as error:
             self.give_up(error)
+        except (OSError, ValueError) as error:  # no room or no permission to write; a message that does not parse
+            self.give_up(RemoteError(f"{type(error).__name__}: {error}"))
         return False
 
     def execute(self, messages: ActionMessages, inputs: Mapping[Digest, str], destinations: Mapping[str, str]
@@ -120,6 +125,8 @@ class RemoteCache:
             self._warn(f"remote execution: {error}; running it here")
         except RemoteError as error:
             self.give_up(error)
+        except (OSError, ValueError) as error:
+            self.give_up(RemoteError(f"{type(error).__name__}: {error}"))
         return False
 
     def store(self, messages: ActionMessages, outputs: Mapping[str, str], executable: frozenset[str] = frozenset()
@@ -144,8 +151,15 @@ class RemoteCache:
                 result.output_files.add(path=path, digest=to_proto(files[path]), is_executable=path in executable)
             client.update_action_result(messages.action_digest, result)
             self.counts["stored"] += 1
+        except RemoteIntegrityError as error:  # an output changed while it was uploaded: not shared
+            self._warn(f"remote cache: not storing {', '.join(sorted(outputs))}: {error}")
         except RemoteError as error:
-            self.give_up(error)
+            # A cache this client may read but not write (PERMISSION_DENIED, UNAUTHENTICATED), or a server gone:
+            # stop writing, keep reading (a server gone fails the next read, which stops that too).
+            with self._lock:
+                if self.uploads:
+                    self.uploads = False
+                    self._warn(f"remote cache: not uploading for the rest of this build ({error})")
         except OSError as error:  # an output removed under us: nothing to share
             self._warn(f"remote cache: not storing {', '.join(sorted(outputs))}: {error}")
 

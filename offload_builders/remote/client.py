@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import math
 import os
 import re
-import secrets
 import threading
 import time
 import uuid
@@ -105,6 +105,10 @@ class BlobNotFoundError(RemoteIntegrityError):
     def __init__(self, message: str, digests: Sequence[Digest]) -> None:
         super().__init__(message)
         self.digests = tuple(digests)
+
+
+#: Numbers the downloads' temporary files within the process.
+_DOWNLOADS = itertools.count()
 
 
 def to_proto(digest: Digest) -> remote_execution_pb2.Digest:
@@ -631,7 +635,9 @@ class RemoteClient:
         """Write blob ``digest`` to ``path``: into a temporary file beside it, checked, then moved into place, so
         that ``path`` is either the whole checked blob or untouched (the temporary file never stays)."""
         path = Path(path)
-        temporary = path.parent / f".{path.name[:120]}.{secrets.token_hex(6)}.download"
+        # ".<name>.<pid>.<n>.tmp": where <name> is a node's .partial, the next run of the node sweeps what a killed
+        # download left (offload_builders.leftovers.leftover_pattern).
+        temporary = path.parent / f".{path.name[:200]}.{os.getpid()}.{next(_DOWNLOADS)}.tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
             with os.fdopen(descriptor, "wb") as out:

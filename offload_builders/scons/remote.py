@@ -38,6 +38,7 @@ from offload_builders.remote.actions import (
     relative_path,
 )
 from offload_builders.remote.cache import RemoteCache, remote_cache
+from offload_builders.remote.cli_jobs import code_digest
 from offload_builders.remote.digests import Digest
 from offload_builders.source_identity import file_identity
 
@@ -102,6 +103,12 @@ def _value_line(node) -> str:
     return f"value {text}"
 
 
+def _tidying(action, step) -> bool:
+    """Whether ``step`` only sweeps, commits or removes a scratch file (writes nothing the node outputs)."""
+    return (step is getattr(action, "sweep", None) or step is getattr(action, "commit", None)
+            or isinstance(step, SideStep))
+
+
 def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> NodeJob | None:
     """The node as the remote cache keys it; None where it cannot be cached (an output or input that is not a
     file under the checkout... an output outside the checkout)."""
@@ -114,8 +121,16 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
             return None
         outputs.append(relative)
     steps = []
+    in_process = False
     for step in action.list:
-        contents = step.get_contents(targets, executor.get_all_sources() if executor else source, env)
+        sources = executor.get_all_sources() if executor else source
+        if not _tidying(action, step):
+            argv = getattr(step, "argv", None)
+            # A step that is not one of our commands runs in this process (a fat binary, a package, registration
+            # code): its signature is its own function's bytecode, not that of what it calls, so the package's
+            # code keys it.
+            in_process = in_process or argv is None or argv(targets, sources, env, executor) is None
+        contents = step.get_contents(targets, sources, env)
         steps.append(contents.decode("utf-8", "surrogateescape") if isinstance(contents, bytes) else str(contents))
     inputs: dict[str, Digest] = {}
     salt_lines: list[str] = []
@@ -126,7 +141,7 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
             salt_lines.append(_value_line(child))
             continue
         if not isinstance(child, SCons.Node.FS.Base):
-            salt_lines.append(f"node {child}")
+            salt_lines.append(f"node {child} {child.get_csig()}")
             continue
         path = child.rfile().get_abspath() if isinstance(child, SCons.Node.FS.File) else child.get_abspath()
         files.append(path)
@@ -139,7 +154,9 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
                 return None
             inputs[relative] = digest
         else:
-            salt_lines.append(f"not a file {relative}")
+            salt_lines.append(f"not a file {relative} {child.get_csig()}")
+    if in_process:
+        salt_lines.append(f"offload-builders code {code_digest()}")
     if any(OPENMP_DEVICE_FLAG in step for step in steps):
         # An OpenMP device compile keeps the regions whose names (the inode of each file it reads) the host
         # bitcode lists: the same bytes from another file give no kernels, so the files' identity is keyed too
@@ -174,6 +191,8 @@ class RemoteListAction(SCons.Action.ListAction):
                  show=SCons.Action._null, execute=SCons.Action._null, chdir=SCons.Action._null, executor=None):
         run = SCons.Action.execute_actions if execute is SCons.Action._null else execute
         cache = remote_cache_for(env) if run else None
+        if cache is not None and cache.disabled is not None and remote_execute_url(env) is None:
+            cache = None  # given up on: no keys to compute
         job = node_job(self, target, source, env, executor) if cache is not None else None
         if cache is None or job is None:
             return super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
@@ -202,7 +221,11 @@ class RemoteListAction(SCons.Action.ListAction):
             status = super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
         if status == 0:
             outputs: Mapping[str, str] = {relative: node.get_abspath() for relative, node in zip(job.outputs, targets)}
-            if all(os.path.isfile(path) for path in outputs.values()):
+            # Not shared where an input changed while the node ran (an editor saving mid-build): the outputs
+            # may be of the new bytes, the key is of the old.
+            if all(os.path.isfile(path) for path in outputs.values()) and all(
+                    _INSIDE_DIGESTS(os.path.join(job.root, relative)) == digest
+                    for relative, digest in job.inputs.items()):
                 cache.store(messages, outputs)
         return status
 
