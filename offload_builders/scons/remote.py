@@ -54,11 +54,15 @@ def _warn(message: str) -> None:
     SCons.Warnings.warn(OffloadRemoteWarning, message)
 
 
+def _setting(env, name: str):  # noqa: ANN202 - a construction variable's value, of whatever type it was given
+    """The construction variable ``name``, else the environment variable of that name (None: neither)."""
+    value = env.get(name)
+    return os.environ.get(name) if value is None else value
+
+
 def remote_url(env) -> str | None:
     """``$OFFLOAD_REMOTE``, else the environment variable of that name; None (or empty): no remote cache."""
-    value = env.get("OFFLOAD_REMOTE")
-    if value is None:
-        value = os.environ.get("OFFLOAD_REMOTE")
+    value = _setting(env, "OFFLOAD_REMOTE")
     value = env.subst(value) if isinstance(value, str) and "$" in value else value
     return value or None
 
@@ -66,10 +70,7 @@ def remote_url(env) -> str | None:
 def remote_execute_url(env) -> str | None:
     """``$OFFLOAD_REMOTE_EXECUTE`` (or the environment variable): where device compiles, assembles and device
     links run (REAPI ``Execute``); None: here."""
-    value = env.get("OFFLOAD_REMOTE_EXECUTE")
-    if value is None:
-        value = os.environ.get("OFFLOAD_REMOTE_EXECUTE")
-    return value or None
+    return _setting(env, "OFFLOAD_REMOTE_EXECUTE") or None
 
 
 def remote_cache_for(env, url: str | None = None) -> RemoteCache | None:
@@ -262,9 +263,7 @@ def platform_properties(env) -> dict[str, str]:
     """``$OFFLOAD_REMOTE_PLATFORM`` (or the environment variable): ``NAME=VALUE`` entries, comma-separated, the
     Platform of every executed Action. Servers pick the workers by it (an image with the same toolchain: the
     commands name their programs by absolute path); it is part of the Action's key."""
-    value = env.get("OFFLOAD_REMOTE_PLATFORM")
-    if value is None:
-        value = os.environ.get("OFFLOAD_REMOTE_PLATFORM", "")
+    value = _setting(env, "OFFLOAD_REMOTE_PLATFORM") or ""
     properties: dict[str, str] = {}
     for entry in str(value).split(","):
         if not entry.strip():
