@@ -1,6 +1,6 @@
 """The shared driver layer: what every offload model asks the installed Clang driver, and how.
 
-A model (OpenMP in :mod:`offload_builders.phases`, HIP in :mod:`offload_builders.hip_phases`) probes
+A model (OpenMP in :mod:`offload_builders.models.openmp`, HIP in :mod:`offload_builders.models.hip`) probes
 the driver (``clang -### ...``) once per configuration, classifies the jobs it prints and turns each
 into a :class:`CommandTemplate` whose input and output paths are named slots. This module owns the parts
 that do not depend on the model: running and caching probes (:func:`probe`, :func:`remembered_jobs`),

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from offload_builders.cuda_phases import ARCH_LIST_SLOT, CudaPhaseModel, default_flags
+from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel, default_flags
 from offload_builders.scons.hip import default_cuid
 from offload_builders.targets import parse_target_id
 from offload_builders.toolchain import find_toolchain

@@ -116,7 +116,7 @@ STUB_CU = textwrap.dedent("""
 """)
 
 #: OpenMP code with a generic-mode kernel: for an NVPTX target its link needs the device runtime, so the
-#: runtime's own nodes (RUNTIMESYMS, RUNTIMELINK) do work (see offload_builders.nvptx_runtime).
+#: runtime's own nodes (RUNTIMESYMS, RUNTIMELINK) do work (see offload_builders.linking.nvptx_runtime).
 OMP_CPP = textwrap.dedent("""
     #include <omp.h>
     int on_device() {

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from offload_builders.formats.compressed import FileRegion, decompress_to, read_header
-from offload_builders.hip_phases import HOST_PROBE_TARGET, PROBE_CUID, HipPhaseModel, probe
+from offload_builders.models.hip import HOST_PROBE_TARGET, PROBE_CUID, HipPhaseModel, probe
 from offload_builders.scons.hip import default_cuid
 from offload_builders.targets import parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain

@@ -24,7 +24,7 @@ from elftools.elf.elffile import ELFFile
 
 from conftest import REPO_ROOT
 from offload_builders.device_libraries import DEBIAN_ROCM_BITCODE
-from offload_builders.hip_phases import (
+from offload_builders.models.hip import (
     default_flags,
     hip_installation,
     hip_runtime_library,

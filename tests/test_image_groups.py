@@ -1,5 +1,5 @@
 """``$OFFLOAD_IMAGE_GROUPS``: one device image per group of sources and target, each group registered on its
-own (offload_builders.image_groups, scons/groups.py), with the real toolchain and libomptarget.
+own (offload_builders.linking.image_groups, scons/groups.py), with the real toolchain and libomptarget.
 
 The x86_64 device runs the programs for real; the AMDGPU images are compared with the whole-program image
 the default link makes of the same objects (kernel resources, no traps), since no GPU runs here.

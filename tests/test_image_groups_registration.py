@@ -1,5 +1,5 @@
 """OpenMP image groups: one program registering several descriptors, each with its own device image and its own
-part of the host entry table (offload_builders.registration.openmp_group_module).
+part of the host entry table (offload_builders.linking.registration.openmp_group_module).
 
 The end-to-end tests compile two sources with clang 19, link each source's device code into its own x86_64 image
 with the project's device link (the host-CPU target has no device runtime), wrap them as two groups, link the
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from offload_builders import linking, registration as reg
+from offload_builders import linking
 from offload_builders.errors import OffloadBinaryFormatError, OffloadError
+from offload_builders.linking import registration as reg
 from offload_builders.toolchain import find_toolchain
 from test_registration import run
 

@@ -7,6 +7,7 @@ The fat objects are built by the real Clang 19 driver; the reference links are t
 """
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from offload_builders import linking
-from offload_builders.linking import DeviceSymbol, LinkInput, _SymbolTable
+from offload_builders.linking import DeviceSymbol, LinkInput
+from offload_builders.linking.inputs import _SymbolTable
+from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE
 from offload_builders.toolchain import find_toolchain
 
 pytestmark = pytest.mark.slow
@@ -341,13 +344,13 @@ def test_large_host_libraries_without_offload_code_are_searched_once(objects, tm
     library = tmp_path / "libbig.a"
     library.write_bytes(Path("/usr/lib/gcc/x86_64-linux-gnu/12/libgcc.a").read_bytes())
     searched: list[str] = []
-    search = linking.mmap.mmap
+    search = mmap.mmap
 
     def counting_mmap(fileno, length, **kwargs):
         searched.append(os.readlink(f"/proc/self/fd/{fileno}"))
         return search(fileno, length, **kwargs)
 
-    monkeypatch.setattr(linking.mmap, "mmap", counting_mmap)
+    monkeypatch.setattr(mmap, "mmap", counting_mmap)
     inputs = [str(objects / "gpu" / "main.o"), str(library), str(library), str(objects / "gpu" / "libkern.a")]
     first = linking.scan_link_inputs(inputs)
     assert searched.count(str(library)) == 1  # the second naming adds nothing: its members are in already
@@ -370,7 +373,7 @@ def test_nvptx_device_link_assembles_at_the_drivers_level(tmp_path, llvm19, flag
     (tmp_path / "k.s").write_text("")
     nvptx = [llvm19("clang"), "--target=nvptx64-nvidia-cuda", "-march=sm_80", "-nogpulib"]
     subprocess.run([*nvptx, "-flto", "-c", "k.c", "-o", "k.o"], cwd=tmp_path, check=True)
-    argv = linking.device_link_command(find_toolchain(), (linking.NVPTX_TRIPLE, "sm_80"), ["k.o"], "k.img",
+    argv = linking.device_link_command(find_toolchain(), (NVPTX_TRIPLE, "sm_80"), ["k.o"], "k.img",
                                        flags=(flag,))
     ours = subprocess.run([*argv, "-Wl,--dry-run"], cwd=tmp_path, capture_output=True, text=True, check=True)
     driver = subprocess.run([*nvptx, flag, "-###", "-c", "k.s"], cwd=tmp_path, capture_output=True, text=True,
@@ -383,8 +386,8 @@ def test_nvptx_device_link_assembles_at_the_drivers_level(tmp_path, llvm19, flag
     assert ptxas_level(ours.stdout + ours.stderr) == ptxas_level(driver.stderr)
 
 
-@pytest.mark.parametrize("key", [("x86_64-unknown-linux-gnu", "x86_64"), (linking.AMDGPU_TRIPLE, "gfx90a"),
-                                 (linking.NVPTX_TRIPLE, "sm_80")])
+@pytest.mark.parametrize("key", [("x86_64-unknown-linux-gnu", "x86_64"), (AMDGPU_TRIPLE, "gfx90a"),
+                                 (NVPTX_TRIPLE, "sm_80")])
 def test_probed_device_link_job_links_what_the_driver_links(objects, key, tmp_path):
     """The driver's device-link job, filled in with other inputs, gives the image the driver gives."""
     flavour = "x86" if key[1] == "x86_64" else "gpu"

@@ -246,7 +246,9 @@ COUNT_TEMPLATES = textwrap.dedent("""
     import SCons.Environment
 
     import offload_builders.scons
-    from offload_builders import cuda_phases, hip_phases, phases
+    from offload_builders.models import cuda as cuda_phases
+    from offload_builders.models import hip as hip_phases
+    from offload_builders.models import openmp as phases
 
     made = []
     for module in (phases, cuda_phases, hip_phases):

@@ -1,4 +1,4 @@
-"""The NVPTX device runtime's part of a device link as a step of its own (``offload_builders.nvptx_runtime``),
+"""The NVPTX device runtime's part of a device link as a step of its own (``offload_builders.linking.nvptx_runtime``),
 against the real Clang 19 and CUDA: linked from the cubins' interface alone, the image is byte for byte the
 one-step ``clang-nvlink-wrapper`` link's, with the driver's kernels, symbols and code."""
 from __future__ import annotations
@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from conftest import driver_library_flags
-from offload_builders import linking, nvptx_runtime
-from offload_builders.nvptx_runtime import InterfaceSymbol
-from offload_builders.targets import parse_offload_archs
+from offload_builders import linking
+from offload_builders.linking import nvptx_runtime
+from offload_builders.linking.nvptx_runtime import InterfaceSymbol
+from offload_builders.targets import NVPTX_TRIPLE, parse_offload_archs
 from offload_builders.toolchain import find_toolchain
 
-KEY = (linking.NVPTX_TRIPLE, "sm_80")
+KEY = (NVPTX_TRIPLE, "sm_80")
 
 #: A generic-mode kernel: its state machine calls __kmpc_get_hardware_thread_id_in_block after the runtime
 #: was linked into the device compile, so the cubin needs the runtime at link time.

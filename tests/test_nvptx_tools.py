@@ -193,7 +193,7 @@ def test_the_wrap_refuses_to_register_an_image_the_runtime_would_not_load(cuda, 
     """The last line of defence, shared by OffloadProgram's wrap node and offload-link: an OpenMP NVPTX image
     from CUDA 13's tools (here ptxas's executable cubin) is one error, not a program that cannot load."""
     from offload_builders.errors import OffloadError
-    from offload_builders.wrapping import LinkedImage, registration_object
+    from offload_builders.linking.wrapping import LinkedImage, registration_object
 
     toolchain = find_toolchain()
     new = _ptxas(cuda("ptxas"), tmp_path, "new")

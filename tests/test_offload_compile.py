@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, driver_library_flags
-from offload_builders.hip_phases import default_compression_version, default_cuid
+from offload_builders.models.hip import default_compression_version, default_cuid
 from offload_builders.targets import parse_offload_archs
 from offload_builders.toolchain import find_toolchain
 

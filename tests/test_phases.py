@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import driver_library_flags
-from offload_builders.phases import (
+from offload_builders.models.openmp import (
     HOST_OFFLOAD_TRIPLES,
     PhaseModel,
     ProbeError,
@@ -165,7 +165,7 @@ def test_parse_driver_jobs_keeps_quoted_arguments():
 
 
 def test_probe_cache_survives_the_process_and_notices_a_new_compiler(tmp_path, model):
-    from offload_builders.phases import ProbeCache
+    from offload_builders.models.openmp import ProbeCache
 
     driver = tmp_path / "clang++"
     driver.symlink_to(model.toolchain.clangxx)
@@ -189,7 +189,7 @@ def test_a_fresh_tree_finds_its_probes_in_the_per_user_cache(tmp_path, model, mo
     """`git clean -fdx` (or a new worktree at the same path) drops the project's probe cache; the driver is
     not asked again for a configuration this user has probed there before."""
     from offload_builders import toolchain
-    from offload_builders.phases import ProbeCache
+    from offload_builders.models.openmp import ProbeCache
 
     monkeypatch.setenv("OFFLOAD_BUILDERS_CACHE_DIR", str(tmp_path / "user"))
     log = tmp_path / "calls"

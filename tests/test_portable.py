@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from offload_builders.driver import CommandTemplate, Slot
-from offload_builders.hip_phases import HipPhaseModel
-from offload_builders.phases import SIGNATURE_TOP, ProbeError, portable_signature
+from offload_builders.models.hip import HipPhaseModel
+from offload_builders.models.openmp import SIGNATURE_TOP, ProbeError, portable_signature
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import find_toolchain
 from test_hip import Sample

@@ -68,7 +68,7 @@ class Process:
                 return "assemble"
             return "device runtime: ptxas" if any(a.endswith("devicertl.s") for a in args) else "device link: ptxas"
         if program == "clang-nvlink-wrapper" and "--lto-emit-asm" in args:
-            return "device runtime: LTO"  # the NVPTX device runtime's own node (offload_builders.nvptx_runtime)
+            return "device runtime: LTO"  # the NVPTX device runtime's own node (offload_builders.linking.nvptx_runtime)
         if program in ("clang-nvlink-wrapper", "nvlink"):
             return f"device link: {program}"
         if program == "ld.lld":

@@ -1,4 +1,4 @@
-"""Differential tests of offload_builders.registration against Clang's own wrapper code.
+"""Differential tests of offload_builders.linking.registration against Clang's own wrapper code.
 
 References come from the real tools, built fresh in a temporary directory:
 
@@ -31,7 +31,6 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from conftest import which_or_fail
-from offload_builders import registration as reg
 from offload_builders.errors import (
     BundleFormatError,
     OffloadBinaryFormatError,
@@ -40,6 +39,7 @@ from offload_builders.errors import (
     TargetIDError,
 )
 from offload_builders.formats.offload_binary import iter_offload_binaries, parse_offload_binary
+from offload_builders.linking import registration as reg
 
 Tool = Callable[[str], Path]
 X86 = "x86_64-unknown-linux-gnu"

@@ -1,8 +1,8 @@
 """``offload-compile``: one offload compile phase per command (OpenMP, HIP, CUDA), for Meson/Ninja and other pipelines.
 
 Each subcommand runs the installed driver's own job for one phase, rendered through the same phase models
-as the SCons tool (:class:`~offload_builders.phases.PhaseModel`, :class:`~offload_builders.hip_phases.
-HipPhaseModel`, :class:`~offload_builders.cuda_phases.CudaPhaseModel`; probes kept in the same per-user
+as the SCons tool (:class:`~offload_builders.models.openmp.PhaseModel`, :class:`~offload_builders.models.hip.
+HipPhaseModel`, :class:`~offload_builders.models.cuda.CudaPhaseModel`; probes kept in the same per-user
 cache)::
 
     offload-compile host    SRC -o X.host.bc [--depfile D] [-- FLAGS]
@@ -72,7 +72,10 @@ from typing import TYPE_CHECKING
 from offload_builders import __version__
 from offload_builders.cli._common import UsageError, run_tool
 from offload_builders.cli.options import FLAG, Option, Parser
-from offload_builders.cuda_phases import (
+from offload_builders.driver import CommandTemplate, target_selection_flags
+from offload_builders.errors import OffloadError
+from offload_builders.models import source_model as model_of_source
+from offload_builders.models.cuda import (
     ARCH_LIST_SLOT,
     HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
     CudaDeviceSteps,
@@ -83,9 +86,7 @@ from offload_builders.cuda_phases import (
     fatbinary_command,
     package_command as cuda_package_command,
 )
-from offload_builders.driver import CommandTemplate, target_selection_flags
-from offload_builders.errors import OffloadError
-from offload_builders.hip_phases import (
+from offload_builders.models.hip import (
     HOST_PROBE_TARGET as HIP_HOST_PROBE_TARGET,
     HipDeviceSteps,
     HipPhaseModel,
@@ -98,9 +99,8 @@ from offload_builders.hip_phases import (
     is_rdc,
     write_fatbin,
 )
-from offload_builders.models import source_model as model_of_source
+from offload_builders.models.openmp import DeviceSteps, PhaseModel, language_of
 from offload_builders.phase_table import CUDA, HIP, OPENMP
-from offload_builders.phases import DeviceSteps, PhaseModel, language_of
 from offload_builders.source_identity import file_identity
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain, user_cache
@@ -787,7 +787,7 @@ def _device_steps_of(model: str, phases: HipPhaseModel | CudaPhaseModel, target:
 
 
 def _cuid(opts: _Options, source: str, rdc: bool) -> dict[str, str]:
-    """The ``cuid`` slot's value: ``--cuid``, else :func:`~offload_builders.hip_phases.default_cuid` of the
+    """The ``cuid`` slot's value: ``--cuid``, else :func:`~offload_builders.models.hip.default_cuid` of the
     source's path relative to ``--source-root`` (the SCons tool's rule when that is its top directory), else
     of its absolute path; never the path as given, so every build directory gives the same objects. RDC
     compiles pin none (the new driver does not forward ``-cuid``)."""

@@ -9,7 +9,7 @@ wrapper's place (``clang -B<dir>`` with ``<dir>/clang-linker-wrapper`` running `
         -- <linker arguments: -o a.out x.o -L... -l... --whole-archive ...>
 
 Device images are linked by :mod:`offload_builders.linking` (one ``clang`` per target, ``--wrapper-jobs``
-at a time) and registered per offload kind of their device files by :mod:`offload_builders.wrapping`, the
+at a time) and registered per offload kind of their device files by :mod:`offload_builders.linking.wrapping`, the
 code ``OffloadProgram``'s wrap node runs (OpenMP images with libomptarget, CUDA's linked cubins in a fat
 binary, HIP's code objects in a fat binary; no Clang process), and the wrapper object is put right after
 ``-o <output>`` on the host link, as the wrapper does. The runtimes those registrations call come with the
@@ -46,8 +46,9 @@ from offload_builders.formats._io import atomic_output, write_all
 from offload_builders.leftovers import private_tmpdir
 
 if TYPE_CHECKING:
-    from offload_builders import linking, wrapping
+    from offload_builders import linking
     from offload_builders.formats.compressed import CompressionOptions
+    from offload_builders.linking import wrapping
     from offload_builders.remote.cli_jobs import CachedStep, RemoteSteps
     from offload_builders.toolchain import Toolchain
 
@@ -291,7 +292,7 @@ def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
 def _hip_compression(opts: _Options, llvm_version: int) -> CompressionOptions | None:
     """The HIP fat binary's compression: ``--compress`` (in the toolchain's default format, as its bundler
     writes it: 2 for Clang 19, 3 for Clang 22) at the level asked."""
-    from offload_builders.hip_phases import fatbin_compression, link_fatbin_spec
+    from offload_builders.models.hip import fatbin_compression, link_fatbin_spec
 
     try:
         return fatbin_compression(link_fatbin_spec(opts.compress, opts.compression_level), llvm_version=llvm_version,
@@ -301,7 +302,8 @@ def _hip_compression(opts: _Options, llvm_version: int) -> CompressionOptions | 
 
 
 def _link(opts: _Options) -> int:
-    from offload_builders import linking, wrapping
+    from offload_builders import linking
+    from offload_builders.linking import wrapping
     from offload_builders.targets import HOST_CPU_TRIPLE
     from offload_builders.toolchain import find_toolchain, user_cache
 
@@ -465,7 +467,7 @@ def _device_link_step(remote: RemoteSteps, root: str, toolchain: Toolchain, key:
 
 def _wrapper_step(remote: RemoteSteps, root: str, toolchain: Toolchain, images: Sequence[wrapping.LinkedImage],
                   hip_compression: CompressionOptions | None, wrapper: str) -> CachedStep | None:
-    """The wrapper object (:func:`offload_builders.wrapping.registration_object`) through the remote cache."""
+    """The wrapper object (:func:`offload_builders.linking.wrapping.registration_object`) through the remote cache."""
     from importlib.metadata import PackageNotFoundError, version
 
     from offload_builders.phase_table import CUDA

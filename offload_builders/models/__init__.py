@@ -5,7 +5,10 @@ sources take the model the build chooses (``$OFFLOAD_MODEL``, default OpenMP). O
 (``$OFFLOAD_ARCHS``) serves them all: each model compiles the targets it can (OpenMP every kind, HIP the
 AMDGPU ones, CUDA the NVPTX ones), and a source whose model gets none is an error naming it.
 
-This module has no SCons imports.
+Each model's phases are a module of this package over the driver layer (:mod:`offload_builders.driver`):
+:mod:`~offload_builders.models.openmp`, :mod:`~offload_builders.models.hip` and
+:mod:`~offload_builders.models.cuda`, as the SCons layer has ``scons/openmp.py``, ``hip.py`` and ``cuda.py``.
+This package has no SCons imports.
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ import os
 from collections.abc import Iterable, Mapping
 
 from offload_builders.errors import OffloadError
+from offload_builders.models.openmp import LANGUAGE_BY_SUFFIX
 from offload_builders.phase_table import CUDA, HIP, OPENMP
-from offload_builders.phases import LANGUAGE_BY_SUFFIX
 from offload_builders.targets import TargetID
 
 #: Suffixes whose model the suffix decides, whatever ``$OFFLOAD_MODEL`` says.
