@@ -14,7 +14,7 @@ stamps it with, is never recorded), and whose last change was :data:`SETTLED_NS`
 started (so a rewrite within the clock tick of that change, keeping the size, cannot pass for it: the
 racy case of Git's index). A file changed since is recorded by a later run.
 
-This module has no SCons imports: :mod:`offload_builders.scons.common` applies it to our nodes.
+This module has no SCons imports: :mod:`offload_builders.scons.content_signatures` applies it to our nodes.
 """
 from __future__ import annotations
 

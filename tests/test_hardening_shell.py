@@ -145,17 +145,17 @@ def test_driver_jobs_are_read_as_the_driver_prints_them(tmp_path):
 def test_only_the_users_words_for_the_shell_reach_one():
     """The spawn's choice, word by word: a word the driver made runs as argv even where a shell would act on
     it; where the user's own word needs the shell, every other word is quoted for it."""
-    from offload_builders.scons import common
+    from offload_builders.scons import actions
 
     top = "/tmp/q4 `touch PWN4`/-x"
     job = ["/usr/bin/clang", "-cc1", f"-fdebug-compilation-dir={top}", "-D", "V=\\\"1.0\\\"", "-o", "a$b.o"]
-    assert common._command("/bin/sh", job, frozenset()) == job
+    assert actions._command("/bin/sh", job, frozenset()) == job
     user = frozenset({"-DV=\\\"1.0\\\"", "V=\\\"1.0\\\""})  # what _user_shell_words gives for that define
-    shell, dash_c, line = common._command("/bin/sh", job, user)
+    shell, dash_c, line = actions._command("/bin/sh", job, user)
     assert (shell, dash_c) == ("/bin/sh", "-c")
     echoed = subprocess.run(["/bin/sh", "-c", f"printf '%s\\n' {line.split(' ', 1)[1]}"], capture_output=True,
                             text=True, check=True).stdout.splitlines()
     assert echoed == ["-cc1", f"-fdebug-compilation-dir={top}", "-D", 'V="1.0"', "-o", "a$b.o"]
     # An -f...= value the user wrote for the shell, repeated under another option, is still theirs.
-    assert common._from_user("-fdebug-prefix-map=/a\\ b=.", frozenset({"/a\\ b=."}))
-    assert not common._from_user(f"-fdebug-compilation-dir={top}", frozenset({"/a\\ b=.", "V=\\\"1.0\\\""}))
+    assert actions._from_user("-fdebug-prefix-map=/a\\ b=.", frozenset({"/a\\ b=."}))
+    assert not actions._from_user(f"-fdebug-compilation-dir={top}", frozenset({"/a\\ b=.", "V=\\\"1.0\\\""}))

@@ -1,4 +1,5 @@
-"""The README's phase tables and node names against the one phase table (offload_builders.phase_table)."""
+"""The documentation's phase tables and node names (docs/openmp.md, docs/hip.md) against the one phase table
+(offload_builders.phase_table)."""
 from __future__ import annotations
 
 import re
@@ -17,12 +18,14 @@ from offload_builders.phase_table import (
     row,
 )
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+OPENMP_PAGE = (DOCS / "openmp.md").read_text()
+HIP_PAGE = (DOCS / "hip.md").read_text()
 
 
 def _table_after(heading: str) -> list[list[str]]:
-    """The rows (cells) of the first Markdown table after the line that starts with ``heading``."""
-    lines = README[README.index(heading):].splitlines()
+    """The rows (cells) of the first Markdown table in docs/openmp.md after the line that starts with ``heading``."""
+    lines = OPENMP_PAGE[OPENMP_PAGE.index(heading):].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| phase |"))
     rows = []
     for line in lines[start + 2:]:
@@ -33,7 +36,7 @@ def _table_after(heading: str) -> list[list[str]]:
 
 
 def _pattern(node: str, stem: str) -> re.Pattern[str]:
-    """A node pattern of the table as the README writes its examples (a target ID or ``<target>``)."""
+    """A node pattern of the table as the documentation writes its examples (a target ID or ``<target>``)."""
     text = re.escape(node)
     for field, regex in (("stem", re.escape(stem)), ("program", re.escape(stem)), ("target", r"(<target>|[\w:]+)"),
                          ("suffix", r"(\.\{[a-z,]+\}|\.\w+)"), ("obj", r"\.o")):
@@ -52,17 +55,16 @@ def _check_table(cells: list[list[str]], specs: list) -> None:
         assert f"${spec.com}" in command, (title, command)
 
 
-def test_readme_source_table_is_the_openmp_compile_phases():
+def test_docs_source_table_is_the_openmp_compile_phases():
     _check_table(_table_after("Each source becomes these nodes"), _rows(OPENMP, COMPILE))
 
 
-def test_readme_program_table_is_the_openmp_link_phases():
+def test_docs_program_table_is_the_openmp_link_phases():
     _check_table(_table_after("and each `OffloadProgram` these"), _rows(OPENMP, LINK))
 
 
-def test_readme_hip_paragraph_names_the_hip_nodes():
-    section = README[README.index("## HIP ("):]
-    section = section[:section.index("\n## ", 1) if "\n## " in section[1:] else len(section)]
+def test_docs_hip_page_names_the_hip_nodes():
+    section = HIP_PAGE  # the page is the HIP section
     named = set(re.findall(r"`(<stem>\.[^`]+)`", section))
     expected = {row(phase, HIP).node for phase in (Phase.DEVICE, Phase.DEVICELINK, Phase.BUNDLE)}
     for node in expected:

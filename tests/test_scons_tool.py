@@ -41,7 +41,7 @@ SCONSTRUCT = textwrap.dedent("""
     )
     for phase in %(phases)r if not ARGUMENTS.get("commands") else ():
         env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
-    if ARGUMENTS.get("runtime_phases"):  # the NVPTX device runtime's nodes (offload_builders.nvptx_runtime)
+    if ARGUMENTS.get("runtime_phases"):  # the NVPTX device runtime's nodes (offload_builders.linking.nvptx_runtime)
         for phase in ("RUNTIMESYMS", "RUNTIMELINK"):
             env["OFFLOAD_%%sCOMSTR" %% phase] = "@@%%s $TARGET" %% phase
     if ARGUMENTS.get("groups"):
@@ -78,7 +78,7 @@ SCONSTRUCT = textwrap.dedent("""
 #: nodes whose variable is our renderer, with what SCons would render it for.
 PHASE_COMMANDS = textwrap.dedent("""
     import SCons.Action
-    from offload_builders.scons import common
+    from offload_builders.scons import actions
 
     def phase_commands(top="build/prog"):
         seen, stack = set(), [File(top)]
@@ -96,7 +96,7 @@ PHASE_COMMANDS = textwrap.dedent("""
                     listed = SCons.Action.Action(listed.generator(target=targets, source=sources, env=env_,
                                                                   for_signature=False))
                 for action in getattr(listed, "list", [listed]):
-                    if isinstance(action, common.PhaseCommandAction) and action.renderer(env_) is not None:
+                    if isinstance(action, actions.PhaseCommandAction) and action.renderer(env_) is not None:
                         yield node, action, targets, sources, env_, executor
 """)
 
@@ -477,6 +477,24 @@ def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19
         assert again.commands == [] and "is up to date" in again.output, again.output
 
 
+#: The last commit before issue 31's layout (modules moved into packages, ``scons/common.py`` split): no
+#: signature was meant to change.
+BEFORE_LAYOUT = "945018e"
+
+
+@pytest.mark.parametrize("options", [("groups=1",), ("nvptx_runtime_node=1", "runtime_phases=1")])
+def test_a_tree_built_before_the_layout_change_is_up_to_date(project, tmp_path, options):
+    """The in-process actions moved with their modules: image groups' plan, link and wrap, the NVPTX runtime's
+    nodes, extract and wrap, whose signatures are their functions' bytecode and names (an import statement
+    included). A tree the code before the move built with them is up to date for this code."""
+    args = ("archs=x86_64,sm_80,gfx90a", *options)
+    run_scons(project.root, *args, env=with_cuda_12_tools(checkout_of(BEFORE_LAYOUT, tmp_path / "earlier")))
+    now = with_cuda_12_tools()
+    assert run_scons(project.root, "-q", *args, env=now, check=False).returncode == 0
+    again = run_scons(project.root, *args, env=now)
+    assert again.commands == [] and "is up to date" in again.output, again.output
+
+
 def test_a_dry_run_on_a_clean_tree_prints_every_command(project):
     """``scons -n`` before anything is built: the device links print the driver's job (their inputs, which
     the extract node would unpack, as a pattern) and the dry run succeeds."""
@@ -538,7 +556,7 @@ def test_device_code_calling_the_nvptx_runtime_links_it_once(project):
     """With ``nvptx_runtime.link_time_runtime_flags()`` the device compiles leave the runtime out, so the cubins
     call it: its node links what they call (seconds of LTO and ptxas) once; a kernel edit runs nvlink alone, and
     the image is still the one-step device link's."""
-    from offload_builders.nvptx_runtime import link_time_runtime_flags
+    from offload_builders.linking.nvptx_runtime import link_time_runtime_flags
 
     archs, flags = "archs=x86_64,sm_80", "target_flags=sm_80=" + " ".join(link_time_runtime_flags())
     first = project.scons(archs, flags, "runtime_phases=1")
@@ -1074,7 +1092,7 @@ def test_link_input_kinds_are_remembered_per_user_by_path_size_and_mtime(tmp_pat
     hip_object = tmp_path / "k.o"
     hip_object.write_bytes(b"\0" * 64 + b".hipFatBinSegment" + b"\0" * 64)  # a plain HIP object's section name
     cache = tmp_path / "cache"
-    script = ("import sys; from offload_builders.scons.common import input_offload_kinds; "
+    script = ("import sys; from offload_builders.scons.link_nodes import input_offload_kinds; "
               "print(sorted(input_offload_kinds([sys.argv[1]], 19)))")
 
     def kinds() -> str:

@@ -1,7 +1,7 @@
 """The CUDA model of the ``offload`` SCons tool: ``.cu`` sources, and C/C++ ones where ``$OFFLOAD_MODEL`` is ``'cuda'``.
 
 ``OffloadObject`` expands one ``.cu`` source into build nodes that mirror what ``clang++ -x cuda
---cuda-gpu-arch=... -c`` does in one process (see :mod:`offload_builders.cuda_phases`), for the NVPTX target
+--cuda-gpu-arch=... -c`` does in one process (see :mod:`offload_builders.models.cuda`), for the NVPTX target
 IDs of ``$OFFLOAD_ARCHS``:
 
 * per target ID a device compile to PTX (``<stem>.<target>.dev.s``) and ``ptxas`` (``<stem>.<target>.cubin``),
@@ -15,7 +15,7 @@ IDs of ``$OFFLOAD_ARCHS``:
   (``<stem>.offload.pkg``, ``$OFFLOAD_PACKAGECOM``), and the host compile embedding it as
   ``.llvm.offloading``. ``OffloadProgram`` links them (:mod:`offload_builders.scons.program`): per target
   extract and device link (nvlink, through ``clang --target=nvptx64-nvidia-cuda``), one fat binary of the
-  linked cubins (:func:`offload_builders.cuda_phases.program_fatbinary`) registered by
+  linked cubins (:func:`offload_builders.models.cuda.program_fatbinary`) registered by
   ``__cudaRegisterFatBinary`` in the wrap node.
 
 Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile) with
@@ -48,7 +48,9 @@ import SCons.Errors
 import SCons.Subst
 import SCons.Tool
 
-from offload_builders.cuda_phases import (
+from offload_builders.driver import CommandTemplate
+from offload_builders.errors import OffloadError
+from offload_builders.models.cuda import (
     ARCH_LIST_SLOT,
     CUDA_SUFFIXES,
     CudaDeviceSteps,
@@ -59,27 +61,15 @@ from offload_builders.cuda_phases import (
     fatbinary_command,
     package_command,
 )
-from offload_builders.driver import CommandTemplate
-from offload_builders.errors import OffloadError
-from offload_builders.hip_phases import is_rdc
+from offload_builders.models.hip import is_rdc
 from offload_builders.phase_table import CUDA, Phase, node_name
 from offload_builders.scons import hip, openmp
-from offload_builders.scons.common import (
-    COMMIT,
-    REMOVE_STALE,
-    SHARED_SOURCE_SCANNER,
-    PhaseCommandAction,
-    Renderer,
-    compile_flags,
-    mark_model,
+from offload_builders.scons.actions import PhaseCommandAction, node_action, phase_action
+from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path
+from offload_builders.scons.rendering import Renderer, compile_flags, mark_model, node_flags, node_memo
+from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
+from offload_builders.scons.variables import (
     model_targets_for,
-    node_action,
-    node_flags,
-    node_memo,
-    override_environment,
-    own_outputs,
-    partial_path,
-    phase_action,
     phase_model,
     rdc_selected,
     set_default,

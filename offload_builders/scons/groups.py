@@ -1,5 +1,5 @@
 """``OffloadProgram`` with ``$OFFLOAD_IMAGE_GROUPS``: one device image per group of link inputs and target
-(see :mod:`offload_builders.image_groups`), each group registered with its own descriptor.
+(see :mod:`offload_builders.linking.image_groups`), each group registered with its own descriptor.
 
 Nodes, after the extract nodes (one per target, as without groups):
 
@@ -25,22 +25,15 @@ import SCons.Builder
 import SCons.Errors
 import SCons.Script
 
-from offload_builders import device_libraries, image_groups, leftovers, linking, nvptx_tools
+from offload_builders import device_libraries, leftovers, linking, nvptx_tools
 from offload_builders.errors import OffloadError
+from offload_builders.linking import image_groups
 from offload_builders.phase_table import LINK, OPENMP, Phase, node_name
-from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
-    EXTRACT_BUILDER,
-    clean_leftovers,
-    depend_on_stamps,
-    device_link_argv,
-    function_phase,
-    in_process_action,
-    partial_path,
-    probe_device_link,
-    scanned_inputs,
-    toolchain_for,
-)
+from offload_builders.scons.actions import function_phase, in_process_action
+from offload_builders.scons.link_nodes import EXTRACT_BUILDER, device_link_argv, probe_device_link, scanned_inputs
+from offload_builders.scons.outputs import CLEAN_LEFTOVERS, clean_leftovers, partial_path
+from offload_builders.scons.tool_dependencies import depend_on_stamps
+from offload_builders.scons.variables import toolchain_for
 from offload_builders.targets import TargetID, parse_target_id
 
 CACHE_SUFFIX = ".cache"
@@ -179,7 +172,7 @@ def _check_entries(image: str, group: image_groups.ImageGroup, tid: TargetID, no
     defined = linking.defined_symbols(image) if os.path.getsize(image) else None
     if defined is None:
         return frozenset()
-    from offload_builders.registration import REQUIRES_ENTRY_NAMES
+    from offload_builders.linking.registration import REQUIRES_ENTRY_NAMES
 
     absent = [name for name in group.entries if name not in defined and name not in REQUIRES_ENTRY_NAMES]
     if absent:
@@ -285,8 +278,8 @@ def _check_memory_pools(plan: image_groups.GroupPlan, heap_files: Sequence[str])
 def group_registration(target, source, env) -> bytes:
     """The wrap node's object for a program with groups: per group a descriptor of its images (one per
     target, each group-link node's binary of that group) and its entries."""
-    from offload_builders import registration
     from offload_builders.formats.offload_binary import read_offload_binaries
+    from offload_builders.linking import registration
 
     labels = list(env["_OFFLOAD_WRAP_TARGETS"])
     plan = image_groups.read_plan(_plan_path(env))

@@ -1,7 +1,7 @@
 """The HIP model of the ``offload`` SCons tool: ``.hip`` sources, and C/C++ ones where ``$OFFLOAD_MODEL`` is ``'hip'``.
 
 ``OffloadObject`` expands one ``.hip`` source into build nodes that mirror what
-``clang++ -x hip --offload-arch=... -c`` does in one process (see :mod:`offload_builders.hip_phases`):
+``clang++ -x hip --offload-arch=... -c`` does in one process (see :mod:`offload_builders.models.hip`):
 
 * default mode, per target ID in ``$OFFLOAD_ARCHS``: one node, the code object (``<stem>.<target>.hsaco``),
   whose action is the device compile (to ``<stem>.<target>.hsaco.partial.device.o``, read by the next step
@@ -22,7 +22,7 @@
   -flto $OFFLOAD_DEVICE_LINKFLAGS``, ld.lld doing the LTO);
 * one wrap node (``<prog>.offload.wrapper.o``): the code objects in the wrapper's bundle
   (``hip-amdgcn-amd-amdhsa--<target ID>`` entries, 4096-aligned, optionally ``CCOB``-compressed) inside
-  ``wrapHIPBinary``'s registration code, generated in-process (:mod:`offload_builders.registration`);
+  ``wrapHIPBinary``'s registration code, generated in-process (:mod:`offload_builders.linking.registration`);
 * the program itself: the host link, with the wrapper object first.
 
 Adding a target ID links only that target's code object again (plus the wrap and the host link).
@@ -37,7 +37,7 @@ or an RDC program's per target), ``BUNDLE`` (default: :func:`offload_bundle`, a 
 (the program's nodes, shared with OpenMP: :mod:`offload_builders.scons.program`).
 
 Headers, device libraries and runtime are found as the driver finds them
-(:func:`offload_builders.hip_phases.default_flags`), per compile: with ROCm (Debian's ``libamdhip64-dev``
+(:func:`offload_builders.models.hip.default_flags`), per compile: with ROCm (Debian's ``libamdhip64-dev``
 and ``rocm-device-libs``) a source builds with ROCm's ``<hip/hip_runtime.h>`` and links ROCm's device
 libraries (``--rocm-device-lib-path``, which Debian's directory needs), and a program links the HIP
 runtime; ``-nogpuinc`` is added only where no HIP installation is found, ``-nogpulib`` only where the
@@ -74,7 +74,8 @@ import SCons.Util
 import SCons.Warnings
 
 from offload_builders.errors import OffloadError
-from offload_builders.hip_phases import (
+from offload_builders.leftovers import DEVICE_OBJECT_SUFFIX
+from offload_builders.models.hip import (
     HIP_RUNTIME_LIBRARY,
     HIP_SUFFIXES,
     HOST_PROBE_TARGET,
@@ -95,34 +96,25 @@ from offload_builders.hip_phases import (
     link_fatbin_spec,
     write_fatbin,
 )
-from offload_builders.leftovers import DEVICE_OBJECT_SUFFIX
 from offload_builders.phase_table import HIP, Phase, node_name, row
 from offload_builders.scons import openmp
-from offload_builders.scons.common import (
-    COMMIT,
-    REMOVE_STALE,
-    SHARED_SOURCE_SCANNER,
+from offload_builders.scons.actions import (
     CachingLazyAction,
-    OffloadLinkWarning,
     PhaseCommandAction,
     RemoveSideFile,
-    Renderer,
-    check_tools_for,
-    compile_flags,
-    depend_on_device_libraries,
-    mark_model,
-    model_targets_for,
     node_action,
-    node_flags,
-    node_memo,
-    override_environment,
-    own_outputs,
-    partial_path,
     phase_action,
+)
+from offload_builders.scons.link_nodes import OffloadLinkWarning
+from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path, side_path
+from offload_builders.scons.rendering import Renderer, compile_flags, mark_model, node_flags, node_memo
+from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
+from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_device_libraries
+from offload_builders.scons.variables import (
+    model_targets_for,
     phase_model,
     rdc_selected,
     set_default,
-    side_path,
     target_flags,
     toolchain_exists,
     toolchain_for,
@@ -155,7 +147,7 @@ def _default_cuid_var(target, source, env, for_signature) -> str:
 
 def source_cuid(env, source, variable: str = "OFFLOAD_HIP_CUID") -> str:
     """The CUID for ``source``: ``$<variable>`` substituted with that source, checked
-    (:func:`offload_builders.hip_phases.check_cuid`)."""
+    (:func:`offload_builders.models.hip.check_cuid`)."""
     try:
         return check_cuid(env.subst(f"${variable}", source=source))
     except OffloadError as error:
@@ -228,7 +220,7 @@ def _cuid_value(steps_template, env, target, source) -> dict[str, str]:
 
 def device_object_path(env, code_object) -> str:
     """Where a HIP device node's compile writes the device object that its link step reads (and its last step
-    removes; see :func:`~offload_builders.scons.common.side_path`)."""
+    removes; see :func:`~offload_builders.scons.outputs.side_path`)."""
     return side_path(env, code_object, DEVICE_OBJECT_SUFFIX)
 
 
@@ -414,7 +406,7 @@ def _object_emitter(target, source, env):
 def link_compression(target, source, env) -> CompressionOptions | None:
     """The program's fat binary compression: ``$OFFLOAD_HIP_COMPRESS``/``_LEVEL`` over the flags' (compile
     and link flags: ``--offload-compress``, ``--offload-compression-level=N``; see
-    :func:`offload_builders.hip_phases.link_compression_flags`)."""
+    :func:`offload_builders.models.hip.link_compression_flags`)."""
     flags = list(_hip_flags(env, target, source, False))
     flags += [str(flag) for flag in env.subst_list("$OFFLOAD_LINKFLAGS $LINKFLAGS", target=target, source=source)[0]]
     try:
@@ -492,8 +484,8 @@ def check_runtime(env, target, source) -> None:
                             " ([] for none, which also silences this)")
 
 
-#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
-#: ModelRenderer`). A program's device link (RDC) is the shared one, ``common.device_link_cmd``: the OpenMP
+#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.rendering.
+#: ModelRenderer`). A program's device link (RDC) is the shared one, ``link_nodes.device_link_cmd``: the OpenMP
 #: link's ``clang --target=amdgcn-amd-amdhsa -mcpu=<target ID> -flto $OFFLOAD_DEVICE_LINKFLAGS
 #: -Wl,--no-undefined`` over the extracted bitcode, which is what the wrapper's in-process LTO plus its
 #: ``clang`` call amount to.

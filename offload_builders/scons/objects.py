@@ -6,7 +6,7 @@ sources the CUDA model's, and each C and C++ suffix an action and emitter that
 follow ``$OFFLOAD_MODEL`` (see :mod:`offload_builders.models`). The emitter reads it from the builder
 call's environment, so it may be set after the tool loads or per call
 (``env.OffloadObject('k.cpp', OFFLOAD_MODEL='hip')``), and records the model on every node it makes. The
-command variables the models share (``$_OFFLOAD_HOST_CC1``, ...) are :class:`~offload_builders.scons.common.
+command variables the models share (``$_OFFLOAD_HOST_CC1``, ...) are :class:`~offload_builders.scons.rendering.
 ModelRenderer` objects that render each node with its own model's renderer.
 """
 from __future__ import annotations
@@ -20,14 +20,11 @@ from offload_builders import models
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.scons import cuda, hip, openmp
-from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
-    SHARED_SOURCE_SCANNER,
-    ModelRenderer,
-    device_link_cmd,
-    node_model,
-    user_error,
-)
+from offload_builders.scons.link_nodes import device_link_cmd
+from offload_builders.scons.outputs import CLEAN_LEFTOVERS
+from offload_builders.scons.rendering import ModelRenderer, node_model
+from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER
+from offload_builders.scons.variables import user_error
 
 #: Each built model's object emitter and the action of the object it makes.
 _EMITTERS = {OPENMP: openmp.object_emitter, HIP: hip.object_emitter, CUDA: cuda.object_emitter}

@@ -6,7 +6,7 @@ device compile (``<stem>.<target>.dev<suffix>``; for NVPTX the compile and ``ptx
 ``<stem>.<target>.dev.cubin.o``), and makes the object itself the package and embed steps. A step's output
 that only the next step of the same node reads (NVPTX's PTX, the package) is a file written and read within
 the node's action rather than a node of its own: SCons' no-op cost grows with nodes. The renderers ask
-:class:`offload_builders.phases.PhaseModel` for the driver's own jobs. Its link-side pieces (the device
+:class:`offload_builders.models.openmp.PhaseModel` for the driver's own jobs. Its link-side pieces (the device
 runtime, the host runtime, the link tools' checks) serve ``OffloadProgram``, which every model shares
 (:mod:`offload_builders.scons.program`).
 """
@@ -26,8 +26,7 @@ import SCons.Warnings
 from offload_builders import linking, nvptx_tools
 from offload_builders.errors import OffloadError
 from offload_builders.leftovers import PACKAGE_SUFFIX, PTX_SUFFIX
-from offload_builders.phase_table import OPENMP, Phase, node_name
-from offload_builders.phases import (
+from offload_builders.models.openmp import (
     LANGUAGE_BY_SUFFIX,
     DeviceSteps,
     HostSteps,
@@ -36,30 +35,17 @@ from offload_builders.phases import (
     language_of,
     target_selection_flags,
 )
-from offload_builders.scons.common import (
-    COMMIT,
-    REMOVE_STALE,
-    SHARED_SOURCE_SCANNER,
-    PhaseCommandAction,
-    RemoveSideFile,
-    Renderer,
-    check_tools_for,
-    command_dependency_overrides,
-    compile_flags,
-    depend_on_device_libraries,
-    depend_on_program,
+from offload_builders.phase_table import OPENMP, Phase, node_name
+from offload_builders.scons.actions import PhaseCommandAction, RemoveSideFile, node_action, phase_action
+from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path, side_path
+from offload_builders.scons.rendering import Renderer, compile_flags, mark_model, node_memo
+from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, command_dependency_overrides, override_environment
+from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_device_libraries, depend_on_program
+from offload_builders.scons.variables import (
     deploy_devices,
-    mark_model,
     model_targets_for,
-    node_action,
-    node_memo,
-    override_environment,
-    own_outputs,
-    partial_path,
-    phase_action,
     phase_model,
     set_default,
-    side_path,
     target_flags,
     toolchain_for,
     user_error,
@@ -137,7 +123,7 @@ def _host_cc1(target, source, env, for_signature):
 
 def ptx_path(env, cubin) -> str:
     """Where an NVPTX device node's compile writes the PTX that its ``ptxas`` step reads (and its last step
-    removes; see :func:`~offload_builders.scons.common.side_path`)."""
+    removes; see :func:`~offload_builders.scons.outputs.side_path`)."""
     return side_path(env, cubin, PTX_SUFFIX)
 
 
@@ -167,7 +153,7 @@ def _object_inputs(target) -> tuple[Any, tuple[tuple[str, Any], ...]]:
 
 def package_path(env, obj) -> str:
     """Where the object's action writes its package for the embed step to read (and then removes; see
-    :func:`~offload_builders.scons.common.side_path`)."""
+    :func:`~offload_builders.scons.outputs.side_path`)."""
     return side_path(env, obj, PACKAGE_SUFFIX)
 
 
@@ -402,7 +388,7 @@ def check_deploy_devices(env) -> None:
             raise SCons.Errors.UserError(f"OFFLOAD_DEPLOY_DEVICES: {error}") from None
 
 
-#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.common.
+#: This model's renderers of the command variables the models share (see :class:`~offload_builders.scons.rendering.
 #: ModelRenderer`); its own one (``$_OFFLOAD_EMBED_CC1``) :func:`generate` sets.
 RENDERERS: dict[str, Renderer] = {
     "_OFFLOAD_HOST_CC1": _host_cc1,
@@ -424,6 +410,6 @@ OBJECT_ACTION = node_action([
 def generate(env) -> None:
     """Give ``env`` this model's own renderers (``$_OFFLOAD_EMBED_CC1`` and friends) and its in-process
     default of ``$OFFLOAD_PACKAGECOM`` (called by the tool's ``generate``; the renderers both models share
-    dispatch per node, see :class:`offload_builders.scons.common.ModelRenderer`)."""
+    dispatch per node, see :class:`offload_builders.scons.rendering.ModelRenderer`)."""
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
     set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager

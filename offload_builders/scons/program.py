@@ -52,28 +52,20 @@ from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
 from offload_builders.phase_table import CUDA, HIP, LINK, OPENMP, Phase, row
 from offload_builders.scons import groups, hip, openmp
-from offload_builders.scons.common import (
-    CLEAN_LEFTOVERS,
-    FUNCTION_PHASE_VARLIST,
+from offload_builders.scons.actions import FUNCTION_PHASE_VARLIST, function_phase, in_process_action
+from offload_builders.scons.groups import GROUPLINK_IN_PROCESS, GROUPS_IN_PROCESS
+from offload_builders.scons.link_nodes import (
     OffloadLinkWarning,
-    check_tools_for,
-    clean_leftovers,
-    depend_on_stamps,
     extract_device_inputs,
-    function_phase,
-    in_process_action,
     input_offload_kinds,
-    model_targets_for,
-    node_model,
-    partial_path,
     program_link_nodes,
     scanned_inputs,
-    selected_targets,
     static_libraries,
-    toolchain_for,
-    warn_unmatched_keys,
 )
-from offload_builders.scons.groups import GROUPLINK_IN_PROCESS, GROUPS_IN_PROCESS
+from offload_builders.scons.outputs import CLEAN_LEFTOVERS, clean_leftovers, partial_path
+from offload_builders.scons.rendering import node_model
+from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_stamps
+from offload_builders.scons.variables import model_targets_for, selected_targets, toolchain_for, warn_unmatched_keys
 from offload_builders.targets import TargetID, parse_target_id
 
 
@@ -147,7 +139,7 @@ def _device_files(target, env, scanned: linking.ScannedInputs, tid: TargetID,
     """Clang 19's selection for ``tid``, every offload kind together; an object that registers OpenMP entries
     (any target) or HIP entries (an AMDGPU target) without code for ``tid`` stops the link (Clang links it
     and the program fails when it runs such a region or kernel)."""
-    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+    from offload_builders.linking import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
 
     problems = linking.check_entries(scanned, key, str(tid))
     if tid.kind == "amdgpu":
@@ -204,10 +196,12 @@ def _group_kinds(image, major: int, default: str) -> frozenset[str]:
 
 def offload_wrap(target, source, env) -> int:
     """``$OFFLOAD_WRAPCOM``: the registration object of the linked images, one registration per offload
-    kind present (see the module's docstring and :func:`offload_builders.wrapping.registration_object`); an
+    kind present (see the module's docstring and :func:`offload_builders.linking.wrapping.registration_object`); an
     empty image (no device code for that target) is not registered. With no image of any kind: OpenMP's
     empty descriptor, or an empty object for HIP."""
-    from offload_builders import wrapping  # only where a program is wrapped
+    # Only where a program is wrapped; by its name before the layout change, which this action's signature
+    # holds (offload_builders.moved_modules: a tree built before stays up to date).
+    from offload_builders import wrapping
 
     toolchain = toolchain_for(env)
     model = _model(env)
@@ -234,7 +228,7 @@ def offload_wrap_without_openmp(target, source, env) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# The NVPTX device runtime's own nodes (see offload_builders.nvptx_runtime).
+# The NVPTX device runtime's own nodes (see offload_builders.linking.nvptx_runtime).
 
 #: The nodes of one NVPTX image's runtime part: what the user's cubins take from the runtime, the runtime's
 #: selected bitcode (a device input file), and its linked cubin (a device input file of one image).
@@ -246,7 +240,7 @@ RUNTIME_NODE_NAMES = (row(Phase.RUNTIMESYMS, OPENMP, LINK).node,
 def _lto_job(target, source, env) -> CommandTemplate | None:
     """The target's device-link job (``clang-nvlink-wrapper``), as probed when the program was declared, for
     the flags the device link renders now; None where it is not that (the driver then links in one step)."""
-    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+    from offload_builders.linking import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
 
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
@@ -258,7 +252,8 @@ def _lto_job(target, source, env) -> CommandTemplate | None:
 def offload_runtime_symbols(target, source, env) -> int:
     """``$OFFLOAD_RUNTIMESYMSCOM``: from the link inputs, write what one NVPTX target's cubins take from the
     device runtime (the interface) and the runtime's selected bitcode; both empty where the link is not split."""
-    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+    # The NVPTX runtime split: only where a link step runs; by its old name, as in offload_wrap.
+    from offload_builders import nvptx_runtime
 
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     split = None
@@ -277,7 +272,8 @@ def offload_runtime_symbols(target, source, env) -> int:
 def offload_runtime_link(target, source, env) -> int:
     """``$OFFLOAD_RUNTIMELINKCOM``: link the runtime's part of one NVPTX image from the interface and the
     runtime's bitcode alone (LTO and ptxas, as the one-step device link would), or write an empty file."""
-    from offload_builders import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
+    # The NVPTX runtime split: only where a link step runs; by its old name, as in offload_wrap.
+    from offload_builders import nvptx_runtime
 
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     job = _lto_job(target, source, env)

@@ -40,6 +40,7 @@ from offload_builders.remote.actions import (
 from offload_builders.remote.cache import RemoteCache, remote_cache
 from offload_builders.remote.cli_jobs import code_digest
 from offload_builders.remote.digests import Digest
+from offload_builders.scons.outputs import partial_path
 from offload_builders.source_identity import file_identity
 
 #: The flag of an OpenMP device compile (``-cc1``), whose output depends on the inode of the files it reads.
@@ -87,7 +88,7 @@ def remote_cache_for(env, url: str | None = None) -> RemoteCache | None:
     return remote_cache(url, settings, _warn)
 
 
-#: A program's stamp as :func:`offload_builders.scons.common.program_stamp` writes it: machine-local (a
+#: A program's stamp as :func:`offload_builders.scons.tool_dependencies.program_stamp` writes it: machine-local (a
 #: modification time), so the key names the program by its content instead.
 _PROGRAM_STAMP = re.compile(r"^(/.*) (?:size=\d+ mtime_ns=\d+|\(missing\))$")
 
@@ -208,7 +209,7 @@ class RemoteListAction(SCons.Action.ListAction):
             return super().__call__(target, source, env, exitstatfunc, presub, show, execute, chdir, executor)
         self.sweep.execute(targets, sources, env)
         suffix = env.subst("$OFFLOAD_PARTIAL_SUFFIX")
-        destinations = {relative: str(node) + suffix for relative, node in zip(job.outputs, targets)}
+        destinations = {relative: partial_path(env, node) for relative, node in zip(job.outputs, targets)}
         printing = SCons.Action.print_actions if show is SCons.Action._null else show
         if cache.fetch(messages, destinations):
             if printing:

@@ -13,19 +13,22 @@ Builders:
   HIP and host objects): fat objects, sources and libraries -> program, without ``clang-linker-wrapper``:
   per target ID an extract node (the device files the link needs, Clang 19's rules, see
   :mod:`offload_builders.linking`) and a device-link node; one wrap node (registration code made by
-  :mod:`offload_builders.registration`); the program itself is the host link. Adding a target links
+  :mod:`offload_builders.linking.registration`); the program itself is the host link. Adding a target links
   only that target's image again (plus wrap and host link).
 
 Each phase has one ``$OFFLOAD_<PHASE>COM`` / ``$OFFLOAD_<PHASE>COMSTR`` pair. The compile phases'
 ``COM`` variables default to ``$_OFFLOAD_<PHASE>_CC1``, a callable that renders the installed driver's own
-``-cc1`` job for that phase (see :mod:`offload_builders.phases`); the user's ``$CCFLAGS``,
+``-cc1`` job for that phase (see :mod:`offload_builders.models.openmp`); the user's ``$CCFLAGS``,
 ``$CXXFLAGS``/``$CFLAGS``, ``$_CCCOMCOM`` and ``$OFFLOAD_FLAGS`` go through the driver, and
 ``$OFFLOAD_TARGET_FLAGS[target]`` only into that target's device compile.
 
 This module registers the variables (their phase commands from :mod:`offload_builders.phase_table`) and
-the builders; the shared actions, renderers and link nodes are :mod:`offload_builders.scons.common`'s,
-the models' emitters and renderers :mod:`offload_builders.scons.openmp`'s and
-:mod:`offload_builders.scons.hip`'s.
+the builders. What the models share is in modules named for it: :mod:`~offload_builders.scons.variables`,
+:mod:`~offload_builders.scons.rendering`, :mod:`~offload_builders.scons.actions`,
+:mod:`~offload_builders.scons.outputs`, :mod:`~offload_builders.scons.content_signatures`,
+:mod:`~offload_builders.scons.scanning`, :mod:`~offload_builders.scons.tool_dependencies` and
+:mod:`~offload_builders.scons.link_nodes`; the models' emitters and renderers are
+:mod:`offload_builders.scons.openmp`'s, :mod:`offload_builders.scons.hip`'s and :mod:`offload_builders.scons.cuda`'s.
 """
 from __future__ import annotations
 
@@ -39,35 +42,36 @@ import SCons.Util
 
 from offload_builders.phase_table import OPENMP, command_defaults, message_defaults
 from offload_builders.scons import hip, objects, openmp, program
-from offload_builders.scons.common import (
+from offload_builders.scons.actions import HostLinkAction, in_process_action, phase_action
+from offload_builders.scons.external import link_builder
+from offload_builders.scons.link_nodes import (
+    OffloadLinkWarning,
+    check_deployable,
+    check_registered_entries,
+    device_link_level,
+    target_link_flags,
+)
+from offload_builders.scons.openmp import PACKAGE_IN_PROCESS
+from offload_builders.scons.outputs import (
     CLEAN_LEFTOVERS,
     COMMIT,
     REMOVE_STALE,
-    HostLinkAction,
     JournalingCacheDir,
-    OffloadLinkWarning,
-    OffloadTargetKeyWarning,
-    check_deployable,
-    check_registered_entries,
     clean_leftovers,
-    depend_on_device_libraries,
-    device_link_level,
-    in_process_action,
-    phase_action,
-    program_stamp,
-    rpath_flags,
-    selected_targets,
-    set_default,
-    target_link_flags,
-    toolchain_exists,
-    toolchain_for,
     unrecorded_outputs,
 )
-from offload_builders.scons.external import link_builder
-from offload_builders.scons.openmp import PACKAGE_IN_PROCESS
 from offload_builders.scons.program import EXTRACT_IN_PROCESS, WRAP_IN_PROCESS
+from offload_builders.scons.rendering import rpath_flags
+from offload_builders.scons.tool_dependencies import depend_on_device_libraries, program_stamp
+from offload_builders.scons.variables import (
+    OffloadTargetKeyWarning,
+    selected_targets,
+    set_default,
+    toolchain_exists,
+    toolchain_for,
+)
 
-#: What this module offered before the tool was split into common, model and registration modules.
+#: What this module offered before the tool was split into shared, model and registration modules.
 __all__ = [
     "CLEAN_LEFTOVERS", "EXTRACT_IN_PROCESS", "PACKAGE_IN_PROCESS", "WRAP_IN_PROCESS", "OffloadLinkWarning",
     "OffloadTargetKeyWarning", "clean_leftovers", "depend_on_device_libraries", "exists", "generate",

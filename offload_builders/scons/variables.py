@@ -1,0 +1,185 @@
+"""Reading the ``offload`` tool's construction variables: the toolchain (``$OFFLOAD_CLANG``), the project's top
+directory and probe cache, the phase model of a build (:func:`phase_model`), the targets (``$OFFLOAD_ARCHS``, the
+``{target ID: flags}`` tables and the warning about keys that match no target), ``$OFFLOAD_RDC``,
+``$OFFLOAD_DEPLOY_DEVICES``, defaults (:func:`set_default`), and our errors as SCons' ``UserError``.
+
+The bottom of :mod:`offload_builders.scons`: it imports no other module of the package, so each of them reads
+the variables through it.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import SCons.Errors
+import SCons.Subst
+import SCons.Util
+import SCons.Warnings
+
+from offload_builders import models
+from offload_builders.errors import OffloadError
+from offload_builders.targets import TargetID, offload_arch_words, parse_offload_archs, parse_target_id
+from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
+
+
+def user_error(error: Exception) -> SCons.Errors.UserError:
+    return SCons.Errors.UserError(str(error))
+
+
+def word_value(env, name: str) -> str:
+    """``env.subst('$<name>')``, without SCons' substitution where the value is one plain word (no ``$``, no
+    white space), which it would give back as it is: the tool reads a few such variables for every node."""
+    value = env.get(name)
+    if isinstance(value, str) and "$" not in value and not _WHITE_SPACE.search(value):
+        return value
+    return env.subst("$" + name)
+
+
+_WHITE_SPACE = re.compile(r"\s")
+
+
+def toolchain_for(env) -> Toolchain:
+    """The toolchain for ``env``: ``$OFFLOAD_CLANG`` if set, else the process environment's search."""
+    environ: Mapping[str, str] = os.environ
+    if env.get("OFFLOAD_CLANG"):
+        environ = collections.ChainMap({"OFFLOAD_CLANG": word_value(env, "OFFLOAD_CLANG")}, os.environ)
+    try:
+        return find_toolchain(environ)
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def top_directory(env) -> str:
+    """The project's top directory (``#``), without ``env.Dir``'s substitution and lookup (per node, it adds up)."""
+    return env.fs.Top.get_abspath()
+
+
+def probe_cache_for(env) -> ProbeCache | None:
+    """The project's probe cache (``$OFFLOAD_PROBE_CACHE`` under the top directory), or None where it is ''."""
+    if not env.get("OFFLOAD_PROBE_CACHE"):
+        return None
+    return probe_cache(os.path.join(top_directory(env), word_value(env, "OFFLOAD_PROBE_CACHE")))
+
+
+#: Per model class, toolchain, top directory and probe cache: the one phase model of a build (see :func:`phase_model`).
+_PHASE_MODELS: dict[tuple, Any] = {}
+
+
+_Model = TypeVar("_Model")
+
+
+def phase_model(env, model_class: Callable[[Toolchain, str, ProbeCache | None], _Model]) -> _Model:
+    """The phase model (OpenMP's, HIP's or CUDA's) of ``env``'s toolchain, project and probe cache, made once per
+    process: it memoizes the command templates it derives from the driver's jobs, which every node renders."""
+    cache = probe_cache_for(env)
+    key = (model_class, toolchain_for(env), top_directory(env), cache)  # one cache object per file per process
+    model = _PHASE_MODELS.get(key)
+    if model is None:
+        model = _PHASE_MODELS[key] = model_class(key[1], key[2], cache)
+    return model
+
+
+def selected_targets(env) -> tuple[TargetID, ...]:
+    """``$OFFLOAD_ARCHS`` parsed, canonicalized and checked, or one ``UserError`` naming the offenders."""
+    value = env.get("OFFLOAD_ARCHS")
+    if isinstance(value, str):
+        value = env.subst(value)
+    try:
+        words = offload_arch_words(value)
+    except OffloadError as error:
+        raise user_error(error) from None
+    return _parsed_archs(words)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_archs(words: str | tuple[str, ...]) -> tuple[TargetID, ...]:
+    """Parsed once per distinct value: every source's emitter asks (hundreds of times in a large project)."""
+    try:
+        return parse_offload_archs(words)
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+
+
+def target_flags(env, target: TargetID, variable: str = "OFFLOAD_TARGET_FLAGS") -> list[str]:
+    """``$OFFLOAD_TARGET_FLAGS`` (or another ``{target ID: flags}`` variable) entries for ``target``; keys
+    may be spelled any valid way."""
+    table = env.get(variable) or {}
+    flags: list[str] = []
+    for key, value in table.items():
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        if canonical == target:
+            flags.extend(env.subst_list(value, SCons.Subst.SUBST_CMD)[0] if value else [])
+    return [str(flag) for flag in flags]
+
+
+class OffloadTargetKeyWarning(SCons.Warnings.WarningOnByDefault):
+    """A ``{target ID: flags}`` key that names no target of this build: its flags are not used."""
+
+
+#: (variable, key, targets) already warned about in this run.
+_WARNED_KEYS: set[tuple[str, str, tuple[TargetID, ...]]] = set()
+
+
+def warn_unmatched_keys(env, variable: str, targets: Sequence[TargetID]) -> None:
+    """Warn once per run about each key of ``$<variable>`` that matches none of ``targets``, naming the
+    target it probably means (the same processor with other features): its flags would silently do
+    nothing. A warning, not an error: a table that covers more targets than one build selects (with
+    ``OFFLOAD_ARCHS`` from the command line) is normal."""
+    for key in (env.get(variable) or {}):
+        try:
+            canonical = parse_target_id(str(key))
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        memo = (variable, str(key), tuple(targets))
+        if canonical in targets or memo in _WARNED_KEYS:
+            continue
+        _WARNED_KEYS.add(memo)
+        near = [str(tid) for tid in targets if tid.processor == canonical.processor]
+        hint = (f"; did you mean {' or '.join(repr(n) for n in near)}? A key names a target ID of OFFLOAD_ARCHS"
+                " exactly, features included" if near else "")
+        SCons.Warnings.warn(OffloadTargetKeyWarning,
+                            f"{variable} key {key!r} matches no target of this build"
+                            f" ({', '.join(str(tid) for tid in targets)}): its flags are not used{hint}")
+
+
+def model_targets_for(env, source, model: str) -> tuple[TargetID, ...]:
+    """The targets of ``$OFFLOAD_ARCHS`` (checked by :func:`selected_targets`) that ``model`` compiles
+    ``source`` for; none is one ``UserError`` naming the source, its model and the list."""
+    try:
+        return models.source_targets(str(source), model, selected_targets(env))
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def rdc_selected(env) -> bool:
+    """``$OFFLOAD_RDC`` or its alias ``$OFFLOAD_HIP_RDC`` (both set and disagreeing: a ``UserError``)."""
+    try:
+        return models.rdc_setting(env.get("OFFLOAD_RDC"), env.get("OFFLOAD_HIP_RDC"))
+    except OffloadError as error:
+        raise user_error(error) from None
+
+
+def deploy_devices(env) -> list[str]:
+    value = env.get("OFFLOAD_DEPLOY_DEVICES") or []
+    return [env.subst(d) for d in ([value] if isinstance(value, str) else SCons.Util.flatten(value)) if d]
+
+
+def set_default(env, key: str, value: Any) -> None:
+    if key not in env:
+        env[key] = SCons.Util.CLVar(value) if isinstance(value, list) else value
+
+
+def toolchain_exists(env) -> bool:
+    """True when a usable Clang is found for ``env`` (the tools' ``exists``)."""
+    try:
+        toolchain_for(env)
+    except SCons.Errors.UserError:
+        return False
+    return True
