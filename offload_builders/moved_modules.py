@@ -5,15 +5,18 @@ SConstructs written against the old layout, and for the SCons tool's own in-proc
 Python action with its bytecode, import statements included, so an action that imported a module by its old
 name keeps doing so, and a tree built before the move stays up to date. The old name is the same module
 object, not a copy: its state and its classes are the new module's.
+
+Imported with the package by every command-line tool, so it loads nothing until an old name is imported.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
 import sys
-from collections.abc import Sequence
-from types import ModuleType
+
+TYPE_CHECKING = False  # typing costs every tool's start-up milliseconds: for type checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 #: Each moved module's old name (under ``offload_builders.``) and its module now.
 MOVED_MODULES: dict[str, str] = {
@@ -29,19 +32,16 @@ MOVED_MODULES: dict[str, str] = {
 _PREFIX = "offload_builders."
 
 
-def moved_module(name: str) -> ModuleType | None:
-    """The module an old name (``wrapping``) stands for, imported; None for a name that did not move."""
-    target = MOVED_MODULES.get(name)
-    return None if target is None else importlib.import_module(target)
-
-
-class _AliasLoader(importlib.abc.Loader):
-    """Gives the import system the module an old name stands for, leaving its own spec as it was."""
+class _AliasLoader:
+    """Gives the import system the module an old name stands for, leaving the module's own spec as it was
+    (a loader in the sense of :class:`importlib.abc.Loader`)."""
 
     def __init__(self, target: str) -> None:
         self.target = target
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        import importlib
+
         module = importlib.import_module(self.target)
         self.own_spec = module.__spec__
         return module
@@ -50,14 +50,17 @@ class _AliasLoader(importlib.abc.Loader):
         module.__spec__ = self.own_spec  # the import system gave it the old name's spec
 
 
-class MovedModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds ``offload_builders.<old name>`` as the module it moved to."""
+class MovedModuleFinder:
+    """Finds ``offload_builders.<old name>`` as the module it moved to (a :class:`importlib.abc.MetaPathFinder`)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if not fullname.startswith(_PREFIX) or fullname[len(_PREFIX):] not in MOVED_MODULES:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(MOVED_MODULES[fullname[len(_PREFIX):]]))
+        from importlib.machinery import ModuleSpec
+
+        # A loader by protocol: importlib.abc.Loader would load importlib.resources (and tempfile, zipfile).
+        return ModuleSpec(fullname, _AliasLoader(MOVED_MODULES[fullname[len(_PREFIX):]]))  # type: ignore[arg-type]
 
 
 def install() -> None:

@@ -67,15 +67,14 @@ from offload_builders.linking.inputs import (
     write_device_inputs,
 )
 
-if TYPE_CHECKING:  # annotations name a found binary as ``linking.FoundBinary``
-    from offload_builders.formats.containers import FoundBinary
+if TYPE_CHECKING:  # annotations name a found binary as ``linking.FoundBinary`` (the format readers load later)
+    from offload_builders.formats.containers import FoundBinary as FoundBinary
 
 __all__ = [
     "DEVICE_RUNTIME",
     "ENTRY_SECTIONS",
     "HIP_ENTRY_SECTIONS",
     "DeviceSymbol",
-    "FoundBinary",
     "GroupKey",
     "InputObject",
     "LinkError",

@@ -10,6 +10,10 @@
   case in which a Clang-linked program crashes at run time; archive members count where the host linker
   takes them (:meth:`ScannedInputs.linked_members`), and thin archives are read as it reads them.
 
+It also says which offload kinds the inputs carry (:func:`offload_kinds` for the host link's runtimes,
+:func:`device_input_kinds` for one target's image) and gives OpenMP's images as its registration holds them
+(:func:`openmp_image_binaries`): what the wrap step asks of the inputs.
+
 Device files travel between the extract and device-link steps as a *device input file*: the selected
 offload binaries, concatenated byte for byte. It is deterministic, so an unchanged target's device link
 sees unchanged input and is not re-run when another target is added.

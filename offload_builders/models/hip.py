@@ -13,7 +13,7 @@ For a source S and AMDGPU target IDs T, ``clang++ -x hip --offload-arch=... -c S
 
 As in :mod:`offload_builders.models.openmp`, the commands are not re-invented: :class:`HipPhaseModel` asks the
 installed driver (``clang++ -### -x hip --offload-arch=<one target> -cuid=<probe> -c``) once per
-configuration and turns its jobs into :class:`~offload_builders.models.openmp.CommandTemplate` objects whose
+configuration and turns its jobs into :class:`~offload_builders.driver.CommandTemplate` objects whose
 paths (and the ``-cuid`` value) are slots. The bundler job is not run: its parameters (entry IDs,
 alignment, compression) are read from it and the fat binary is written by
 :func:`offload_builders.formats.bundle.bundle`.

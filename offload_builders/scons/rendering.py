@@ -68,7 +68,7 @@ class Renderer:
 
     Renders once per node and mode: SCons asks four or five times (signature, implicit dependencies,
     display, execution), and a node's environment and sources are fixed. The signature's words name the
-    checkout only where the output can record it (:func:`~offload_builders.models.openmp.portable_signature`),
+    checkout only where the output can record it (:func:`~offload_builders.driver.portable_signature`),
     so another checkout shares this one's ``CacheDir`` entries. Our errors become
     ``UserError``. An object rather than a closure: to describe a node, SCons makes a function action
     of the variable's value and hashes its code, which for an object is this small ``__call__``.

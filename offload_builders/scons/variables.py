@@ -3,8 +3,8 @@ directory and probe cache, the phase model of a build (:func:`phase_model`), the
 ``{target ID: flags}`` tables and the warning about keys that match no target), ``$OFFLOAD_RDC``,
 ``$OFFLOAD_DEPLOY_DEVICES``, defaults (:func:`set_default`), and our errors as SCons' ``UserError``.
 
-The bottom of :mod:`offload_builders.scons`: it imports no other module of the package, so each of them reads
-the variables through it.
+The bottom of :mod:`offload_builders.scons`: it imports no other module of ``offload_builders.scons`` (only core
+modules), so each of them reads the variables through it.
 """
 from __future__ import annotations
 
