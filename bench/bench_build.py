@@ -50,7 +50,7 @@ each a kernel and its launch (declared by the samples' ``hip_min.h`` / ``cuda_mi
     .venv/bin/python bench/bench_build.py [--sources 8] [--repeat 1] [--headers 0]
     .venv/bin/python bench/bench_build.py --scale [--points 8x4,64x4,256x8] [--no-op-only] [--output-dir DIR]
     .venv/bin/python bench/bench_build.py --scale --no-op-only --model hip|cuda [--points 64x4,256x7]
-    .venv/bin/python bench/bench_build.py --scale --cmake[-only] [--no-op-only] [--points 64x4]
+    .venv/bin/python bench/bench_build.py --scale --cmake[-only] [--no-op-only] [--points 64x4] [--targets T1,T2,...]
 """
 from __future__ import annotations
 
@@ -663,6 +663,9 @@ def scale(args: argparse.Namespace) -> int:
             if args.cmake or args.cmake_only:
                 rows += cmake_rows(Path(scratch), sources, targets, args.repeat, args.no_op_only)
             results[sources, targets] = rows
+            # Each point as it is done (flushed): a large point takes hours, and the table below comes last.
+            print_table(f"{sources} x {targets}: done", rows)
+            sys.stdout.flush()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     header = (f"bench_build --scale, {os.cpu_count()} CPUs; best of {args.repeat} interleaved rounds, and the median of"
               f" the rounds' ratios;{'' if MODEL == 'openmp' else f' {MODEL} kernels;'}"
@@ -717,7 +720,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="--scale: also the CMake+Ninja rows (no-op; without --no-op-only add-a-target too): our"
                              " CMake module against CMake driving the one-command driver, trees compiled for real")
     parser.add_argument("--cmake-only", action="store_true", help="--scale: the CMake+Ninja rows alone")
+    parser.add_argument("--targets", type=lambda text: [word for word in text.split(",") if word],
+                        help="--scale: the points' targets in order, instead of the model's list (a compiled 256 x 8"
+                             " point without gfx1030, whose Clang 19 device link of 256 kernels ran over 40 minutes)")
     args = parser.parse_args(argv)
+    if args.targets:
+        if not args.scale:
+            parser.error("--targets: only with --scale")
+        MODEL_TARGETS[args.model] = args.targets
     if (args.cmake or args.cmake_only) and not (args.scale and args.model == "openmp"):
         parser.error("--cmake, --cmake-only: only with --scale and the openmp model")
     if args.model != "openmp" and not (args.scale and args.no_op_only and not args.groups and not args.headers):
