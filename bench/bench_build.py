@@ -34,9 +34,13 @@ sources built by the package's CMake module (``find_package(OffloadBuilders)``, 
 custom command per phase and target) and by CMake+Ninja driving the one-command driver (one ``clang++ -fopenmp
 --offload-arch=<all> -c`` per source, with the device-library flags the driver's side gets above, a plain
 ``add_executable``), both at ``-j2``: the no-op (``cmake --build`` of an up-to-date tree) and, without
-``--no-op-only``, adding a target (the reconfigure with ``-DOFFLOAD_ARCHS`` and the build). These trees are always
-compiled for real (Ninja's log must hold every command for a tree to be up to date), so a large point costs a
-real build of both sides. In the table, ``ours`` is our CMake module and ``mono`` the driver under CMake.
+``--no-op-only``, adding a target (the reconfigure with ``-DOFFLOAD_ARCHS`` and the build). Up to ``--real-up-to``
+sources these trees are compiled for real (Ninja trusts only its own log: a real build of both sides); larger
+points get *generated* CMake trees, no-op only: every command runs through a stand-in (:data:`STAND_IN`, kept
+in the commands Ninja logs) that runs kernel_0's and main.cpp's commands for real and writes kernel_0's
+outputs and depfiles under kernel_<n>'s names for the others, so Ninja's log and deps log have a compiled
+tree's entries (the same sizes, checked at 8 x 2), without hours of device links. In the table, ``ours`` is
+our CMake module and ``mono`` the driver under CMake.
 
 ``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
 headers: every phase node of a source depends on them (both sides).
@@ -494,6 +498,11 @@ CMAKELISTS = textwrap.dedent("""
     cmake_minimum_required(VERSION 3.20...4.4)
     project(bench CXX)
     set(BENCH_SIDE "ours" CACHE STRING "ours: the OffloadBuilders module; mono: the one-command driver")
+    set(BENCH_STAND_IN "" CACHE FILEPATH "generated trees: the stand-in that runs each command (see STAND_IN)")
+    if(BENCH_STAND_IN)
+      set(CMAKE_CXX_COMPILER_LAUNCHER "${BENCH_STAND_IN}")
+      set_property(GLOBAL PROPERTY RULE_LAUNCH_LINK "${BENCH_STAND_IN}")
+    endif()
     file(GLOB sources "${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp")
     list(SORT sources)
     if(BENCH_SIDE STREQUAL "ours")
@@ -508,7 +517,8 @@ CMAKELISTS = textwrap.dedent("""
     endif()
 """)
 CMAKE = str(Path(sys.executable).with_name("cmake"))
-CMAKE_HEADER = "; CMake+Ninja rows compiled for real (ours: our CMake module; mono: the driver under CMake)"
+CMAKE_HEADER = ("; CMake+Ninja rows (ours: our CMake module; mono: the driver under CMake), compiled for real up to"
+                " --real-up-to sources, generated trees above")
 NINJA = str(Path(sys.executable).with_name("ninja"))
 
 
@@ -527,8 +537,51 @@ def cmake_tree(root: Path, sources: int) -> None:
     (root / "CMakeLists.txt").write_text(CMAKELISTS)
 
 
-def cmake_configure(root: Path, mode: str, archs: list[str]) -> float:
-    """Configure (or reconfigure with other targets) ``root/build`` for one side with Ninja; the time it took."""
+#: A generated CMake tree's stand-in (``-DBENCH_STAND_IN``): it prefixes the driver side's compiles and both
+#: sides' links, and is our side's ``OFFLOAD_COMPILE``, so Ninja records the same commands in its log for the
+#: build and for the timed no-ops, where nothing runs. kernel_0's and main.cpp's commands run for real, and
+#: their outputs and depfiles are kept as templates; kernel_<n>'s write kernel_0's with the name changed (a
+#: depfile names kernel_<n>.cpp and the same headers, so Ninja's deps log has the real shape); a link only
+#: touches its output. Only the no-op is measured on such a tree.
+STAND_IN = textwrap.dedent("""
+    import re, shutil, subprocess, sys
+    from pathlib import Path
+
+    PHASES = ("host", "device", "package", "embed")
+    TEMPLATES = Path(__file__).with_name("stand-in-templates")
+    args = sys.argv[1:]
+    if args and args[0] in (*PHASES, "check"):  # our side's OFFLOAD_COMPILE
+        command = [str(Path(sys.executable).with_name("offload-compile")), *args]
+    else:  # the compiler or the linker, after the launcher
+        command = args
+    output = args[args.index("-o") + 1] if "-o" in args else None
+    if output is None:
+        sys.exit(subprocess.call(command))
+    if args[0] not in PHASES and "-c" not in args:  # a link
+        Path(output).touch()
+        sys.exit(0)
+    kernel = re.search(r"kernel_([0-9]+)[.]cpp", output)
+    out = Path(output)
+    if kernel is None or kernel.group(1) == "0":
+        status = subprocess.call(command)
+        if status == 0 and kernel is not None:
+            TEMPLATES.mkdir(exist_ok=True)
+            for made in out.parent.glob(out.name + "*"):
+                shutil.copyfile(made, TEMPLATES / made.name)
+        sys.exit(status)
+    n = kernel.group(1)
+    for template in TEMPLATES.glob(out.name.replace(f"kernel_{n}.", "kernel_0.", 1) + "*"):
+        target = out.parent / template.name.replace("kernel_0.", f"kernel_{n}.", 1)
+        if template.suffix == ".d":
+            target.write_text(template.read_text().replace("kernel_0.", f"kernel_{n}."))
+        else:
+            shutil.copyfile(template, target)
+""")
+
+
+def cmake_configure(root: Path, mode: str, archs: list[str], generated: bool = False) -> float:
+    """Configure (or reconfigure with other targets) ``root/build`` for one side with Ninja; the time it took.
+    ``generated``: through :data:`STAND_IN`."""
     import shlex
 
     from offload_builders.device_libraries import one_command_flags
@@ -543,6 +596,11 @@ def cmake_configure(root: Path, mode: str, archs: list[str]) -> float:
     else:
         flags = one_command_flags(find_toolchain(), parse_offload_archs(joined), ["-O2"])
         options = [f"-DBENCH_DRIVER_FLAGS={shlex.join(flags)}"]
+    if generated:
+        stand_in = root / "stand_in.py"
+        stand_in.write_text(f"#!{sys.executable}{STAND_IN}")
+        stand_in.chmod(0o755)
+        options += [f"-DBENCH_STAND_IN={stand_in}", *([f"-DOFFLOAD_COMPILE={stand_in}"] if mode == "ours" else [])]
     command = [CMAKE, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={NINJA}", "-S", str(root), "-B", str(root / "build"),
                f"-DBENCH_SIDE={mode}", f"-DOFFLOAD_ARCHS={joined}", *options]
     start = time.perf_counter()
@@ -558,6 +616,17 @@ def cmake_build(root: Path, jobs: int = 2) -> float:
     return time.perf_counter() - start
 
 
+def cmake_generated_build(root: Path, mode: str) -> None:
+    """Build a tree configured with :data:`STAND_IN`: kernel_0's commands first (the others copy their outputs),
+    then the rest; it is then up to date."""
+    first = "prog.offload/src/kernel_0.cpp.o" if mode == "ours" else "CMakeFiles/prog.dir/src/kernel_0.cpp.o"
+    subprocess.run([NINJA, "-C", str(root / "build"), first], check=True, stdout=subprocess.DEVNULL,
+                   env=cmake_environ())
+    cmake_build(root)
+    if not cmake_up_to_date(root):
+        raise RuntimeError(f"{root}: the generated tree is not up to date after its build")
+
+
 def cmake_up_to_date(root: Path) -> bool:
     """Ninja's dry run of a configured tree has no work to do (nothing would run, no regeneration either)."""
     done = subprocess.run([NINJA, "-C", str(root / "build"), "-n"], capture_output=True, text=True, check=True,
@@ -565,7 +634,8 @@ def cmake_up_to_date(root: Path) -> bool:
     return "no work to do" in done.stdout
 
 
-def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_only: bool) -> list[Row]:
+def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_only: bool,
+               generated: bool = False) -> list[Row]:
     """``--cmake``: the CMake+Ninja rows of one point, each side's tree compiled for real (no generated trees:
     Ninja records each command in its log, so only real builds leave a tree up to date). The no-op is
     ``cmake --build`` of an up-to-date tree (Ninja's regeneration check and its stat of every node); adding a
@@ -575,15 +645,18 @@ def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_onl
     roots = {mode: scratch / f"cmake-{mode}-{sources}x{targets}" for mode in ("ours", "mono")}
     for mode, root in roots.items():
         cmake_tree(root, sources)
-        cmake_configure(root, mode, archs)
-        cmake_build(root)
+        cmake_configure(root, mode, archs, generated)
+        if generated:
+            cmake_generated_build(root, mode)
+        else:
+            cmake_build(root)
 
     def noop(mode: str, root: Path) -> float:
         cmake_build(root)  # up to date (after an add-a-target round too)
         return cmake_build(root)
 
     rows: list[Row] = [("CMake+Ninja: no-op rebuild, -j2", best(roots, repeat, noop))]
-    if not no_op_only:
+    if not no_op_only and not generated:
         def add(mode: str, root: Path) -> float:
             cmake_configure(root, mode, archs)
             cmake_build(root)
@@ -661,7 +734,8 @@ def scale(args: argparse.Namespace) -> int:
             real = not args.no_op_only and sources <= args.real_up_to
             rows = [] if args.cmake_only else scale_point(Path(scratch), sources, targets, args.repeat, real)
             if args.cmake or args.cmake_only:
-                rows += cmake_rows(Path(scratch), sources, targets, args.repeat, args.no_op_only)
+                rows += cmake_rows(Path(scratch), sources, targets, args.repeat, args.no_op_only,
+                                   generated=sources > args.real_up_to)
             results[sources, targets] = rows
             # Each point as it is done (flushed): a large point takes hours, and the table below comes last.
             print_table(f"{sources} x {targets}: done", rows)
@@ -679,7 +753,7 @@ def scale(args: argparse.Namespace) -> int:
             print(f"$ {Path(sys.executable).name} bench/bench_build.py {' '.join(sys.argv[1:])}", file=out)
             print(header, file=out)
             for (sources, targets), rows in results.items():
-                real = args.cmake_only or (not args.no_op_only and sources <= args.real_up_to)
+                real = sources <= args.real_up_to and (args.cmake_only or not args.no_op_only)
                 what = "sources + main.cpp" if MODEL == "openmp" else f"{MODEL} sources"
                 print_table(f"{sources} {what} x {targets} targets"
                             f" ({'compiled' if real else 'generated tree, see --help'})", rows, out)

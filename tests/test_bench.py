@@ -3,6 +3,7 @@ signatures a real build records, so the no-ops it times are real no-ops (checked
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,35 @@ def test_the_cmake_trees_configure_and_are_up_to_date_after_a_build(tmp_path):
         assert bench.cmake_up_to_date(root), mode
         bench.cmake_configure(root, mode, [*archs, "gfx942"])
         assert not bench.cmake_up_to_date(root), mode
+
+
+def test_a_generated_cmake_tree_has_the_log_and_deps_of_a_compiled_one(tmp_path):
+    """``--scale --cmake`` above ``--real-up-to``: a tree built through the stand-in is up to date, and Ninja's log
+    and deps log hold what a compiled tree's hold (as many entries, the same dependencies under kernel_<n>'s names),
+    on both sides; kernel_1's outputs are kernel_0's copies and the link ran nothing."""
+    bench = _bench()
+    archs = ["gfx90a", "sm_80"]
+
+    def ninja_records(root: Path) -> tuple[int, str, int]:
+        build = root / "build"
+        deps = subprocess.run([bench.NINJA, "-C", str(build), "-t", "deps"], capture_output=True, text=True,
+                              check=True).stdout
+        shape = "\n".join(sorted(re.sub(r", deps mtime [0-9]+ [(].*[)]", "", line).strip()
+                                  for line in deps.splitlines() if line.strip()))
+        return len((build / ".ninja_log").read_text().splitlines()), shape, (build / ".ninja_deps").stat().st_size
+
+    for mode in ("ours", "mono"):
+        compiled, generated = tmp_path / "real" / mode, tmp_path / "made" / mode  # paths of one length
+        for root, stand_in in ((compiled, False), (generated, True)):
+            bench.cmake_tree(root, 3)
+            bench.cmake_configure(root, mode, archs, stand_in)
+        bench.cmake_build(compiled)
+        bench.cmake_generated_build(generated, mode)
+        assert bench.cmake_up_to_date(generated), mode
+        real, made = ninja_records(compiled), ninja_records(generated)
+        assert made[0] == real[0] and made[2] == real[2], (mode, real[0], made[0], real[2], made[2])
+        assert made[1].replace(str(generated), "") == real[1].replace(str(compiled), ""), mode
+        objects = "prog.offload/src" if mode == "ours" else "CMakeFiles/prog.dir/src"
+        assert ((generated / "build" / objects / "kernel_1.cpp.o").read_bytes()
+                == (generated / "build" / objects / "kernel_0.cpp.o").read_bytes()), mode
+        assert (generated / "build" / "prog").stat().st_size == 0 < (compiled / "build" / "prog").stat().st_size
