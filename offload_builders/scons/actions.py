@@ -27,7 +27,7 @@ from offload_builders.errors import OffloadError
 from offload_builders.phase_table import LINK, OPENMP, Phase, row
 from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, side_path
 from offload_builders.scons.remote import RemoteListAction, SideStep
-from offload_builders.scons.rendering import Renderer
+from offload_builders.scons.rendering import Renderer, literal_words
 from offload_builders.scons.variables import probe_cache_for
 
 
@@ -99,7 +99,7 @@ class PhaseCommandAction(CachingLazyAction):
         if renderer is None:
             return super().process(target, source, env, executor, overrides)
         words = self._render(renderer, target, source, env, executor, False)
-        return [[SCons.Subst.Literal(word) for word in words]], False, False  # as Renderer's __call__ gives them
+        return [literal_words(words)], False, False  # as Renderer's __call__ gives them
 
     def argv(self, target, source, env, executor=None) -> list[str] | None:
         """The words the node runs, where the variable is just one of our renderers (None otherwise: a

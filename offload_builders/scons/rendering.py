@@ -58,9 +58,13 @@ def node_flags(target, source, for_signature: bool, substitute: Callable[[], tup
     return node_memo(target, ("flags", str(source[0]), bool(for_signature)), substitute)
 
 
-def _literal(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
+def literal_words(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     """Rendered arguments, protected from further ``$`` expansion and word splitting."""
     return [SCons.Subst.Literal(arg) for arg in argv]
+
+
+#: The name :meth:`Renderer.__call__` calls it by: SCons signs that method's bytecode, names included.
+_literal = literal_words
 
 
 class Renderer:
