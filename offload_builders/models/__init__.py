@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from offload_builders.errors import OffloadError
+from offload_builders.errors import OffloadError, ToolchainError
 from offload_builders.models.openmp import LANGUAGE_BY_SUFFIX
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.targets import TargetID
@@ -73,6 +73,22 @@ def source_targets(source: str, model: str, targets: Iterable[TargetID]) -> tupl
         raise ModelError(f"{source}: the {model} model compiles for {_KIND_WORDS[model]} targets, and OFFLOAD_ARCHS"
                          f" ({listed}) has none; add one to OFFLOAD_ARCHS")
     return chosen
+
+
+def reject_reserved_flags(flags: Iterable[str], prefixes: tuple[str, ...], model: str, sources: str) -> None:
+    """A HIP or CUDA compile's flags may not carry what the per-node split decides (``sources`` says where each
+    comes from instead): one error naming every such flag."""
+    bad = [flag for flag in flags if flag.startswith(prefixes)]
+    if bad:
+        raise ToolchainError(f"{model} compile flags must not contain {' '.join(bad)}: {sources}, and each phase is"
+                             " its own build node")
+
+
+def require_target_kind(targets: Iterable[TargetID], kind: str, model: str, processors: str) -> None:
+    """A HIP or CUDA compile offloads to processors of one kind: one error naming the others."""
+    others = [str(tid) for tid in targets if tid.kind != kind]
+    if others:
+        raise ToolchainError(f"{model} offload targets must be {processors}, not {', '.join(others)}")
 
 
 def rdc_setting(rdc: object, hip_rdc: object) -> bool:

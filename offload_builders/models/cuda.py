@@ -56,6 +56,7 @@ from offload_builders.driver import (
     value_after,
 )
 from offload_builders.errors import ToolchainError
+from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.models.hip import PROBE_CUID, RDC_FLAGS, is_rdc
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
@@ -95,18 +96,13 @@ _IMAGE3_RE = re.compile(r"--image3=kind=(?P<kind>elf|ptx),sm=(?P<sm>\w+),file=(?
 
 def check_flags(flags: Iterable[str]) -> None:
     """Reject flags that would fight the per-node split (targets, CUID, installation, host/device-only)."""
-    bad = [flag for flag in flags if flag.startswith(RESERVED_FLAG_PREFIXES)]
-    if bad:
-        raise ToolchainError(
-            f"CUDA compile flags must not contain {' '.join(bad)}: targets come from $OFFLOAD_ARCHS, the CUID"
-            " from $OFFLOAD_CUDA_CUID, the CUDA installation from $CUDA_PATH, and each phase is its own build node")
+    reject_reserved_flags(flags, RESERVED_FLAG_PREFIXES, "CUDA", "targets come from $OFFLOAD_ARCHS, the CUID from"
+                          " $OFFLOAD_CUDA_CUID, the CUDA installation from $CUDA_PATH")
 
 
 def check_targets(targets: Iterable[TargetID]) -> None:
     """CUDA offloads to NVPTX processors only."""
-    others = [str(tid) for tid in targets if tid.kind != "nvptx"]
-    if others:
-        raise ToolchainError(f"CUDA offload targets must be NVPTX processors (e.g. sm_90), not {', '.join(others)}")
+    require_target_kind(targets, "nvptx", "CUDA", "NVPTX processors (e.g. sm_90)")
 
 
 def default_flags(toolchain: Toolchain, flags: Sequence[str]) -> tuple[str, ...]:

@@ -54,6 +54,7 @@ from offload_builders.driver import (
     value_after,
 )
 from offload_builders.errors import ToolchainError
+from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
@@ -94,19 +95,13 @@ def is_rdc(flags: Iterable[str]) -> bool:
 
 def check_flags(flags: Iterable[str]) -> None:
     """Reject flags that would fight the per-node split (target selection, CUID, host/device-only)."""
-    bad = [flag for flag in flags if flag.startswith(RESERVED_FLAG_PREFIXES)]
-    if bad:
-        raise ToolchainError(
-            f"HIP compile flags must not contain {' '.join(bad)}: targets come from $OFFLOAD_ARCHS, the CUID"
-            " from $OFFLOAD_HIP_CUID, and each phase is its own build node")
+    reject_reserved_flags(flags, RESERVED_FLAG_PREFIXES, "HIP",
+                          "targets come from $OFFLOAD_ARCHS, the CUID from $OFFLOAD_HIP_CUID")
 
 
 def check_targets(targets: Iterable[TargetID]) -> None:
     """HIP offloads to AMDGPU processors only."""
-    others = [str(tid) for tid in targets if tid.kind != "amdgpu"]
-    if others:
-        raise ToolchainError(f"HIP offload targets must be AMDGPU processors (e.g. gfx90a:xnack+), not"
-                             f" {', '.join(others)}")
+    require_target_kind(targets, "amdgpu", "HIP", "AMDGPU processors (e.g. gfx90a:xnack+)")
 
 
 #: A CUID becomes part of symbol names (``__hip_cuid_*``, RDC stubs): identifier characters only.
