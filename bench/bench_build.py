@@ -492,8 +492,9 @@ def scale_point(scratch: Path, sources: int, targets: int, repeat: int, real: bo
 #: package's CMake module (``offload_add_executable``: one custom command per phase and target, each through
 #: ``offload-compile`` with its depfile, the link through ``offload-link``); ``mono``, the one-command driver
 #: (one ``clang++ -fopenmp --offload-arch=<all> -c`` per source with the device-library flags the SCons driver
-#: side gets, a plain ``add_executable`` linked by the driver). ``SHELL:`` keeps CMake from de-duplicating the
-#: driver's flags.
+#: side gets, a plain ``add_executable`` linked by the driver with those flags too: its NVPTX device links then run
+#: the CUDA tools whose images the runtime loads, as ours do; without them they ran CUDA 13's, whose ``nvlink``
+#: has no sm_70 or sm_72). ``SHELL:`` keeps CMake from de-duplicating the driver's flags.
 CMAKELISTS = textwrap.dedent("""
     cmake_minimum_required(VERSION 3.20...4.4)
     project(bench CXX)
@@ -513,7 +514,7 @@ CMAKELISTS = textwrap.dedent("""
       set(BENCH_DRIVER_FLAGS "" CACHE STRING "the driver's device-library flags (a shell-quoted string)")
       add_executable(prog ${sources})
       target_compile_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} ${BENCH_DRIVER_FLAGS} -O2")
-      target_link_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} -fuse-ld=lld")
+      target_link_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} ${BENCH_DRIVER_FLAGS} -fuse-ld=lld")
     endif()
 """)
 CMAKE = str(Path(sys.executable).with_name("cmake"))
@@ -634,6 +635,14 @@ def cmake_up_to_date(root: Path) -> bool:
     return "no work to do" in done.stdout
 
 
+def added_target(archs: list[str]) -> str:
+    """The target the add-a-target rows add to ``archs`` (the first N of the model's list): the next one of that
+    list (``--targets``), else the first of :data:`SCALE_TARGETS` and gfx1100 not among them."""
+    following = MODEL_TARGETS[MODEL][len(archs):]
+    return following[0] if following else next(target for target in [*SCALE_TARGETS, "gfx1100"]
+                                                if target not in archs)
+
+
 def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_only: bool,
                generated: bool = False) -> list[Row]:
     """``--cmake``: the CMake+Ninja rows of one point, each side's tree compiled for real (no generated trees:
@@ -641,7 +650,7 @@ def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_onl
     ``cmake --build`` of an up-to-date tree (Ninja's regeneration check and its stat of every node); adding a
     target is the reconfigure with one more target (``-DOFFLOAD_ARCHS``) and the build, both timed."""
     archs = MODEL_TARGETS[MODEL][:targets]
-    added = next(target for target in [*SCALE_TARGETS, "gfx1100"] if target not in archs)
+    added = added_target(archs)
     roots = {mode: scratch / f"cmake-{mode}-{sources}x{targets}" for mode in ("ours", "mono")}
     for mode, root in roots.items():
         cmake_tree(root, sources)
@@ -795,8 +804,10 @@ def main(argv: list[str] | None = None) -> int:
                              " CMake module against CMake driving the one-command driver, trees compiled for real")
     parser.add_argument("--cmake-only", action="store_true", help="--scale: the CMake+Ninja rows alone")
     parser.add_argument("--targets", type=lambda text: [word for word in text.split(",") if word],
-                        help="--scale: the points' targets in order, instead of the model's list (a compiled 256 x 8"
-                             " point without gfx1030, whose Clang 19 device link of 256 kernels ran over 40 minutes)")
+                        help="--scale: the points' targets in order, instead of the model's list; the one after a"
+                             " point's N is the target its add-a-target rows add (a compiled 256 x 8 point without"
+                             " AMDGPU targets, whose Clang 19 device links of 256 kernels run 20-40 minutes each:"
+                             " sm_80,sm_90,sm_75,sm_86,sm_70,sm_89,sm_87,sm_72,sm_61)")
     args = parser.parse_args(argv)
     if args.targets:
         if not args.scale:
