@@ -513,8 +513,9 @@ CMAKELISTS = textwrap.dedent("""
       set(OFFLOAD_ARCHS "" CACHE STRING "comma-separated offload targets")
       set(BENCH_DRIVER_FLAGS "" CACHE STRING "the driver's device-library flags (a shell-quoted string)")
       add_executable(prog ${sources})
-      target_compile_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} ${BENCH_DRIVER_FLAGS} -O2")
-      target_link_options(prog PRIVATE "SHELL:-fopenmp --offload-arch=${OFFLOAD_ARCHS} ${BENCH_DRIVER_FLAGS} -fuse-ld=lld")
+      set(driver "-fopenmp --offload-arch=${OFFLOAD_ARCHS} ${BENCH_DRIVER_FLAGS}")
+      target_compile_options(prog PRIVATE "SHELL:${driver} -O2")
+      target_link_options(prog PRIVATE "SHELL:${driver} -fuse-ld=lld")
     endif()
 """)
 CMAKE = str(Path(sys.executable).with_name("cmake"))
@@ -612,9 +613,13 @@ def cmake_configure(root: Path, mode: str, archs: list[str], generated: bool = F
 def cmake_build(root: Path, jobs: int = 2) -> float:
     """``cmake --build`` (Ninja) of a configured tree; the time it took."""
     start = time.perf_counter()
-    subprocess.run([CMAKE, "--build", str(root / "build"), "--", f"-j{jobs}"], check=True, stdout=subprocess.DEVNULL,
-                   env=cmake_environ())
-    return time.perf_counter() - start
+    done = subprocess.run([CMAKE, "--build", str(root / "build"), "--", f"-j{jobs}"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=cmake_environ())
+    took = time.perf_counter() - start
+    if done.returncode != 0:  # what failed, before the scratch tree goes
+        sys.stderr.write(done.stdout[-4000:])
+        done.check_returncode()
+    return took
 
 
 def cmake_generated_build(root: Path, mode: str) -> None:
