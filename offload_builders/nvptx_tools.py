@@ -132,6 +132,21 @@ def compose_wheel_tools(nvcc: Path, jitlink: Path, into: Path | None = None) -> 
     return root
 
 
+def nvlink_library(nvlink: Path) -> Path | None:
+    """The ``libnvJitLink`` that an ``nvlink`` script of :func:`compose_wheel_tools` runs (what decides the cubins
+    it writes, with this package's code), or None for another ``nvlink``."""
+    try:
+        with open(nvlink, "rb") as stream:
+            head = stream.read(4096)
+    except OSError:
+        return None
+    for line in head.decode("utf-8", "replace").splitlines():
+        if line.startswith("OFFLOAD_NVJITLINK="):
+            words = shlex.split(line)
+            return Path(words[0].partition("=")[2]) if words else None
+    return None
+
+
 def written_abi(root: Path) -> int | None:
     """The cubin ELF ABI the tools of ``root`` write (``ptxas``, then ``nvlink`` where there is one), from a probe
     cubin kept in the per-user cache by the tools' stamps; None where ``root`` has no ``ptxas``."""
@@ -225,5 +240,6 @@ def openmp_tool(toolchain: Toolchain, name: str) -> Path:
     return tools.tool(name) if tools is not None else toolchain.cuda_tool(name)
 
 
-__all__ = ["INSTALL_HINT", "LIBDEVICE", "VARIABLE", "WHEELS", "NvptxTools", "compose_wheel_tools", "openmp_cuda_path",
-           "openmp_tool", "openmp_tools", "private_directory", "runtime_version", "wheel_directories", "written_abi"]
+__all__ = ["INSTALL_HINT", "LIBDEVICE", "VARIABLE", "WHEELS", "NvptxTools", "compose_wheel_tools", "nvlink_library",
+           "openmp_cuda_path", "openmp_tool", "openmp_tools", "private_directory", "runtime_version",
+           "wheel_directories", "written_abi"]

@@ -22,9 +22,11 @@ device files unpacked for a device link are numbered. Thin archives are read as 
 the entry checks cover the archive members it takes, so no program links without the device code its entries
 name.
 
-With ``$OFFLOAD_REMOTE`` (as for ``offload-compile``) each GPU target's device link and the wrapper object are
-looked up in that remote cache first and stored after a local run (see "the remote cache" below); the host CPU's
-device link and the host link always run here.
+Each GPU target's image of this output's last link is kept in the per-user cache and taken again where that
+target's device link would be the same (:mod:`offload_builders.linking.kept_images`; ``--no-keep-images``): adding
+a target links that target's image alone. With ``$OFFLOAD_REMOTE`` (as for ``offload-compile``) each GPU target's
+device link and the wrapper object are looked up in that remote cache first and stored after a local run (see
+"the remote cache" below); the host CPU's device link and the host link always run here.
 """
 from __future__ import annotations
 
@@ -69,6 +71,8 @@ OPTIONS:
   --compress                     - Compress the HIP fat binary (zstd, as --offload-compress; also -compress)
   --compression-level=<n>        - Its zstd level (also -compression-level=<n>)
   --save-temps                   - Keep the device inputs, images and wrapper object next to the output
+  --no-keep-images               - Link every GPU image again (by default one whose device link is the same as
+                                   in this output's last link is taken from the per-user cache)
   --dry-run                      - Print the commands instead of running them
   --wrapper-verbose, -v          - Print each command before running it
   --print-shim-dir               - Print a directory for clang's -B whose clang-linker-wrapper runs this tool
@@ -107,6 +111,7 @@ class _Options:
     compress: bool = False
     compression_level: int | None = None
     save_temps: bool = False
+    no_keep_images: bool = False
     dry_run: bool = False
     verbose: bool = False
     linker_args: list[str] = field(default_factory=list)
@@ -150,6 +155,7 @@ _PARSER = Parser(PROG, [
     Option("--compress", "-compress", dest="compress", action=FLAG_ANY),
     Option("--compression-level", "-compression-level", dest="compression_level", check=_compression_level),
     Option("--save-temps", action=FLAG_ANY),
+    Option("--no-keep-images", action=FLAG_ANY),
     Option("--dry-run", action=FLAG_ANY),
     Option("--wrapper-verbose", "-v", "--verbose", dest="verbose", action=FLAG_ANY),
 ], dashes="exact", missing="missing value for {name}")
@@ -331,10 +337,12 @@ def _link(opts: _Options) -> int:
     stem = os.path.basename(output)
     names = _target_file_names(stem, list(groups))
     remote = None if opts.dry_run else _remote_steps()
+    kept = None if opts.dry_run or opts.no_keep_images else _kept_images(output)
     try:
         jobs = []
         image_inputs: list[tuple[linking.GroupKey, str, str]] = []  # (group, image, its device input file)
         steps: dict[str, CachedStep | None] = {}  # each image's device link through the remote cache
+        kept_keys: dict[str, tuple[str, str]] = {}  # each GPU image's name and key among the kept images
         for key, files in groups.items():
             base = os.path.join(temp_root, names[key])
             device_inputs = base + ".devin"
@@ -352,9 +360,14 @@ def _link(opts: _Options) -> int:
                                                    host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
             image_inputs.append((key, base + ".img", device_inputs))
-            if remote is not None:
-                steps[base + ".img"] = _device_link_step(remote, temp_root, toolchain, key, command, paths,
-                                                         base + ".img", cwd=bool(extra))
+            tools = None if remote is None and kept is None else _device_link_tools(toolchain, key, command)
+            if remote is not None and tools is not None:
+                steps[base + ".img"] = remote.step(temp_root, [command], inputs=paths, outputs=[base + ".img"],
+                                                   tools=tools, scratch=temp_root, cwd=bool(extra))
+            if kept is not None and tools is not None:
+                kept_key = _kept_key(temp_root, command, paths, base + ".img", tools, cwd=bool(extra))
+                if kept_key is not None:
+                    kept_keys[base + ".img"] = (names[key], kept_key)
         if opts.dry_run:
             for _, _, command in jobs:
                 _print(command)
@@ -362,11 +375,20 @@ def _link(opts: _Options) -> int:
             linking.load_wrapper_compiler()  # LLVM loads while the device links' processes run
 
             def device_link(key: linking.GroupKey, image: str, command: list[str]) -> None:
+                name, kept_key = kept_keys.get(image, ("", ""))
+                if kept is not None and kept_key and kept.fetch(name, kept_key, image):
+                    if opts.verbose:
+                        print(f"kept image: {image} (the same device link as the last)", file=sys.stderr,
+                              flush=True)
+                    return
+
                 def link() -> bool:
                     _run(command, opts.verbose, key[1] or key[0])
                     return True
 
                 _through(steps.get(image), link, opts.verbose)
+                if kept is not None and kept_key:
+                    kept.keep(name, kept_key, image)
 
             if opts.jobs > 1 and len(jobs) > 1:
                 from concurrent.futures import ThreadPoolExecutor  # (and logging): only when links run in parallel
@@ -445,24 +467,54 @@ def _through(step: CachedStep | None, run: Callable[[], bool], verbose: bool) ->
     return True
 
 
-def _device_link_step(remote: RemoteSteps, root: str, toolchain: Toolchain, key: linking.GroupKey,
-                      command: Sequence[str], inputs: Sequence[str], image: str, *, cwd: bool) -> CachedStep | None:
-    """A GPU target's device link through the remote cache; None for the host CPU's (see above). ``cwd``:
-    whether the command has words of the user's (``--device-linker``), which may name files relative to it."""
+def _device_link_tools(toolchain: Toolchain, key: linking.GroupKey, command: Sequence[str]) -> list[str] | None:
+    """The programs a GPU target's device link runs, which its remote cache key and its kept image's key name by
+    path and content; None for the host CPU's (see above), which is neither cached nor kept."""
     from offload_builders import nvptx_tools
     from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE
 
     tools = [command[0]]
     try:
         if key[0] == NVPTX_TRIPLE:
-            tools += [str(nvptx_tools.openmp_tool(toolchain, name)) for name in ("ptxas", "nvlink")]
+            nvlink = nvptx_tools.openmp_tool(toolchain, "nvlink")
+            tools += [str(nvptx_tools.openmp_tool(toolchain, "ptxas")), str(nvlink)]
+            if (library := nvptx_tools.nvlink_library(nvlink)) is not None:  # the CUDA 12 wheels' nvlink
+                tools.append(str(library))
         elif key[0] == AMDGPU_TRIPLE:
             tools += [str(lld)] if (lld := toolchain.optional_tool("ld.lld")) is not None else []
         else:
             return None
     except OffloadError:  # no CUDA tools: the link says so itself
         return None
-    return remote.step(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd)
+    return tools
+
+
+# --- kept images (offload_builders.linking.kept_images) --------------------------------------------------------
+#
+# Each GPU target's image of this output's last link, reused where the device link's key (as the remote cache's:
+# its command, the device files it reads, the programs it runs) is the same: adding a target to a CMake or Meson
+# build links that target's image alone, as the SCons tool's device-link nodes do. --no-keep-images turns it off.
+
+
+def _kept_images(output: str) -> linking.kept_images.KeptImages | None:
+    from offload_builders.linking.kept_images import kept_images
+
+    return kept_images(output)
+
+
+def _kept_key(root: str, command: Sequence[str], inputs: Sequence[str], image: str, tools: Sequence[str], *,
+              cwd: bool) -> str | None:
+    """A device link's key among the kept images; None where it has none (as where the remote cache keys none).
+    ``cwd``: whether the command has words of the user's (``--device-linker``), which may name files relative
+    to it."""
+    from offload_builders.linking.kept_images import job_key
+    from offload_builders.remote.cli_jobs import step_job
+
+    try:
+        job = step_job(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd)
+    except (OSError, ValueError):
+        return None
+    return None if job is None else job_key(job)
 
 
 def _wrapper_step(remote: RemoteSteps, root: str, toolchain: Toolchain, images: Sequence[wrapping.LinkedImage],

@@ -10,6 +10,8 @@ tool can make one node per target and ``offload-link`` can run the same pipeline
 * :mod:`~offload_builders.linking.device_link`: one target's device-link command, and the host link job;
 * :mod:`~offload_builders.linking.nvptx_runtime`: the NVPTX device runtime's part of a device link as a
   step of its own;
+* :mod:`~offload_builders.linking.kept_images`: ``offload-link``'s images of an output's last link, taken again
+  where a target's device link is the same;
 * :mod:`~offload_builders.linking.image_groups`: ``OFFLOAD_IMAGE_GROUPS``, one image per group of objects;
 * :mod:`~offload_builders.linking.wrapping`: which offload kinds register each image, and the one
   registration object of a program;
