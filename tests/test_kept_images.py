@@ -5,6 +5,7 @@ counted from an exec trace."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -54,17 +55,23 @@ def compile_kernel(project: Path, archs: str) -> None:
                    check=True)
 
 
-def link(project: Path, *options: str, env: dict[str, str] | None = None) -> list[str]:
-    """Link ``prog`` through ``offload-link`` (in clang-linker-wrapper's place, as the CMake module links); the
-    targets whose device link ran."""
+def link(project: Path, *options: str, env: dict[str, str] | None = None, wrapper_options: tuple[str, ...] = ()
+         ) -> list[str]:
+    """Link ``prog`` through ``offload-link`` (in clang-linker-wrapper's place, as the CMake module links; with
+    ``wrapper_options``, the wrapper command the driver would run, run with them); the targets whose device link
+    ran."""
     link_args = subprocess.run([sys.executable, "-m", "offload_builders.cli.link", "--print-link-args"],
                                check=True, capture_output=True, text=True).stdout.split()
+    command = [str(find_toolchain().clangxx), *link_args, *options, "k.o", "main.o", "-o", "prog"]
+    if wrapper_options:
+        jobs = subprocess.run([*command, "-###"], cwd=project, capture_output=True, text=True, check=True).stderr
+        (job,) = [shlex.split(line) for line in jobs.splitlines() if "clang-linker-wrapper" in line]
+        command = [job[0], *wrapper_options, *job[1:]]
     trace = project / "trace" / "t"
     shutil.rmtree(trace.parent, ignore_errors=True)
     trace.parent.mkdir()
     subprocess.run(["strace", "-ff", "-qq", "-e", "trace=execve", "-e", "status=successful", "-s", "4096", "-o",
-                    str(trace), str(find_toolchain().clangxx), *link_args, *options, "k.o", "main.o", "-o", "prog"],
-                   cwd=project, check=True, env=env)
+                    str(trace), *command], cwd=project, check=True, env=env)
     linked = []
     for process in read_trace(trace):
         if process.kind == "device link: ld.lld":
@@ -103,6 +110,10 @@ def test_a_relink_takes_each_unchanged_image_and_links_only_a_new_or_damaged_one
 
     # Another device-link word (-Xoffload-linker: the device links' arguments) is another key for every target.
     assert link(project, "-Xoffload-linker", "-O3") == ["gfx908", "gfx90a", "sm_80"]
+
+    # --no-keep-images (offload-link's own option, on the wrapper command the driver runs) links every image.
+    assert link(project, wrapper_options=("--no-keep-images",)) == ["gfx908", "gfx90a", "sm_80"]
+    assert (project / "prog").read_bytes() == added
 
     # With the per-user caches off, every device link runs, and the program is the same.
     assert link(project, env=dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR="")) == ["gfx908", "gfx90a", "sm_80"]
