@@ -107,6 +107,16 @@ class Build:
                 if p.program.startswith("clang++") and "-c" not in p.argv
                 and os.path.basename(p.option("-o") or "") in PROGRAMS]
 
+    def device_links(self) -> list[str]:
+        """The GPU target of each device link run (inside the links' offload-link), sorted."""
+        linked = []
+        for p in self.processes:
+            if p.kind == "device link: ld.lld":
+                linked += [a.removeprefix("-plugin-opt=mcpu=") for a in p.argv if a.startswith("-plugin-opt=mcpu=")]
+            elif p.kind == "device link: clang-nvlink-wrapper":
+                linked.append(p.option("-arch") or "sm_?")
+        return sorted(linked)
+
     def others(self) -> list[Process]:
         """Processes that are neither bookkeeping nor an offload-compile node nor what a node or link runs."""
         return [p for p in self.processes if p.program not in BOOKKEEPING]
@@ -141,7 +151,8 @@ CONFIGS = "Release;Debug"
 def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_path, generator, which):
     """One node per phase and target; the programs run (OpenMP on the host device, stand-in HIP/CUDA runtimes);
     a no-op starts nothing; adding a target runs only that target's device nodes, the packages and fat binaries,
-    the embeds and host compiles that take them, and the links; a header edit reruns only the compiles of the
+    the embeds and host compiles that take them, and the links (which link that target's device image alone); a
+    header edit reruns only the compiles of the
     source that includes it (a header found through -I, and one beside the source, which Clang names from the
     directory the compile runs in); removing a target compiles no device code and no OpenMP host front end.
     Ninja Multi-Config: the same for its default configuration (Release), then Debug has outputs and flags of its
@@ -188,6 +199,8 @@ def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_pat
     assert sorted(source for _, source, _ in added.nodes("host")) == ["plain.hip", "rescale.hip", "scale.hip"]
     assert len(added.nodes()) == 5 + 4 + 2 + 1 + 3 and not added.nodes(source="scale.cu")
     assert sorted(added.links()) == ["hip_check", "hip_rdc", "zaxpy"]
+    # zaxpy's and hip_rdc's links link gfx1030's image alone: offload-link keeps the others' images.
+    assert added.device_links() == ["gfx1030", "gfx1030"]
     assert_no_op(build(project, tmp_path, tool=tool))
 
     # A header only norm.cpp includes: norm.cpp's host front end and device compiles. Under Ninja nothing else
@@ -209,7 +222,7 @@ def test_cmake_builds_the_sample_and_rebuilds_only_what_changed(project, tmp_pat
     removed = build(project, tmp_path, tool=tool)
     assert removed.nodes("device") == [] and removed.nodes("host", "zaxpy.cpp") == []
     assert len(removed.nodes("package")) == 4 and len(removed.nodes("embed")) == 2
-    assert sorted(removed.links()) == ["hip_check", "hip_rdc", "zaxpy"]
+    assert sorted(removed.links()) == ["hip_check", "hip_rdc", "zaxpy"] and removed.device_links() == []
     assert_no_op(build(project, tmp_path, tool=tool))
     tests_passed()
 
