@@ -478,6 +478,8 @@ def _device_link_tools(toolchain: Toolchain, key: linking.GroupKey, command: Seq
         if key[0] == NVPTX_TRIPLE:
             nvlink = nvptx_tools.openmp_tool(toolchain, "nvlink")
             tools += [str(nvptx_tools.openmp_tool(toolchain, "ptxas")), str(nvlink)]
+            if (wrapper := toolchain.optional_tool("clang-nvlink-wrapper")) is not None:  # the driver runs it
+                tools.append(str(wrapper))
             if (library := nvptx_tools.nvlink_library(nvlink)) is not None:  # the CUDA 12 wheels' nvlink
                 tools.append(str(library))
         elif key[0] == AMDGPU_TRIPLE:
