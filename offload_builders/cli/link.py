@@ -439,7 +439,8 @@ def _link(opts: _Options) -> int:
 # Each GPU target's device link and the wrapper object are looked up in the remote cache before they run
 # (:mod:`offload_builders.remote.cli_jobs`), keyed in the link's scratch directory (or, with --save-temps, the
 # output's; either is $SCRATCH in the key): the device link by its command, the unpacked device files it reads
-# and the programs it runs (NVPTX: also the ptxas and nvlink behind clang-nvlink-wrapper); the wrapper object by
+# and the programs it runs (NVPTX: also clang-nvlink-wrapper and the ptxas and nvlink it runs, with the CUDA 12
+# wheels' libnvJitLink behind that nvlink; :func:`_device_link_tools`); the wrapper object by
 # the images it registers, their offload kinds, the HIP compression, the toolchain's version, CUDA's fatbinary,
 # llvmlite's version and our code. The host CPU's device link is not cached: it links the host libraries the
 # linker finds by its own search (-L/-l, the C++ and OpenMP runtimes, crt files), which the key could only name
