@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from offload_builders import linking
     from offload_builders.formats.compressed import CompressionOptions
     from offload_builders.linking import wrapping
+    from offload_builders.remote.actions import NodeJob
     from offload_builders.remote.cli_jobs import CachedStep, RemoteSteps
     from offload_builders.toolchain import Toolchain
 
@@ -360,14 +361,14 @@ def _link(opts: _Options) -> int:
                                                    host_libraries=host_libraries))
             jobs.append((key, base + ".img", command))
             image_inputs.append((key, base + ".img", device_inputs))
-            tools = None if remote is None and kept is None else _device_link_tools(toolchain, key, command)
-            if remote is not None and tools is not None:
-                steps[base + ".img"] = remote.step(temp_root, [command], inputs=paths, outputs=[base + ".img"],
-                                                   tools=tools, scratch=temp_root, cwd=bool(extra))
-            if kept is not None and tools is not None:
-                kept_key = _kept_key(temp_root, command, paths, base + ".img", tools, cwd=bool(extra))
-                if kept_key is not None:
-                    kept_keys[base + ".img"] = (names[key], kept_key)
+            # One key for both: the remote cache's and the kept image's.
+            keyed = (None if remote is None and kept is None else
+                     _device_link_job(toolchain, key, temp_root, command, paths, base + ".img", cwd=bool(extra),
+                                      remote=remote))
+            if remote is not None and keyed is not None:
+                steps[base + ".img"] = remote.keyed(keyed, [base + ".img"])
+            if kept is not None and keyed is not None:
+                kept_keys[base + ".img"] = (names[key], _kept_key(keyed))
         if opts.dry_run:
             for _, _, command in jobs:
                 _print(command)
@@ -468,9 +469,31 @@ def _through(step: CachedStep | None, run: Callable[[], bool], verbose: bool) ->
     return True
 
 
+def _device_link_job(toolchain: Toolchain, key: linking.GroupKey, root: str, command: Sequence[str],
+                     inputs: Sequence[str], image: str, *, cwd: bool, remote: RemoteSteps | None) -> NodeJob | None:
+    """A GPU target's device link as the remote cache and the kept images key it
+    (:func:`offload_builders.remote.cli_jobs.step_job`); None where it has no key (the host CPU's, see above).
+    ``cwd``: whether the command has words of the user's (``--device-linker``), which may name files relative
+    to it. Neither cache ever fails the link: a key that cannot be made is none (and the remote, if any, says
+    why once, as for its other failures)."""
+    from offload_builders.remote.cli_jobs import step_job
+
+    tools = _device_link_tools(toolchain, key, command)
+    if tools is None:
+        return None
+    try:
+        return step_job(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd)
+    except (OSError, ValueError):  # (UnicodeError is a ValueError) a name or file the key cannot hold
+        return None
+    except Exception as error:  # noqa: BLE001 - the caches never fail the link
+        if remote is not None:
+            remote.failed(error)
+        return None
+
+
 def _device_link_tools(toolchain: Toolchain, key: linking.GroupKey, command: Sequence[str]) -> list[str] | None:
-    """The programs a GPU target's device link runs, which its remote cache key and its kept image's key name by
-    path and content; None for the host CPU's (see above), which is neither cached nor kept."""
+    """The programs a GPU target's device link runs, which its key names by path and content; None for the host
+    CPU's (see above), which is neither cached nor kept."""
     from offload_builders import nvptx_tools
     from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE
 
@@ -505,19 +528,11 @@ def _kept_images(output: str) -> linking.kept_images.KeptImages | None:
     return kept_images(output)
 
 
-def _kept_key(root: str, command: Sequence[str], inputs: Sequence[str], image: str, tools: Sequence[str], *,
-              cwd: bool) -> str | None:
-    """A device link's key among the kept images; None where it has none (as where the remote cache keys none).
-    ``cwd``: whether the command has words of the user's (``--device-linker``), which may name files relative
-    to it."""
+def _kept_key(job: NodeJob) -> str:
+    """A device link's key among the kept images."""
     from offload_builders.linking.kept_images import job_key
-    from offload_builders.remote.cli_jobs import step_job
 
-    try:
-        job = step_job(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd)
-    except (OSError, ValueError):
-        return None
-    return None if job is None else job_key(job)
+    return job_key(job)
 
 
 def _wrapper_step(remote: RemoteSteps, root: str, toolchain: Toolchain, images: Sequence[wrapping.LinkedImage],

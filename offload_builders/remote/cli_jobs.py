@@ -159,13 +159,24 @@ class RemoteSteps:
         """The step through the cache (arguments as :func:`step_job`); None where it is not cached."""
         if not self.usable:
             return None
-        from offload_builders.remote.actions import cache_key
-
         try:
             job = step_job(root, jobs, inputs=inputs, outputs=outputs, tools=tools, values=values, scratch=scratch,
                            in_process=in_process, cwd=cwd)
-            if job is None:
-                return None
+        except (ValueError, UnicodeError):  # a name that is not UTF-8 cannot go into a REAPI message
+            return None
+        except Exception as error:  # noqa: BLE001 - the remote never fails a step (a missing extra, ...)
+            self.failed(error)
+            return None
+        return None if job is None else self.keyed(job, outputs)
+
+    def keyed(self, job: NodeJob, outputs: Sequence[str]) -> CachedStep | None:
+        """The step of an already keyed ``job`` (:func:`step_job`'s) through the cache; ``outputs`` as the step
+        names them. None where it is not cached."""
+        if not self.usable:
+            return None
+        from offload_builders.remote.actions import cache_key
+
+        try:
             messages = cache_key(job)
         except (ValueError, UnicodeError):  # a name that is not UTF-8 cannot go into a REAPI message
             return None
