@@ -9,20 +9,24 @@ same.
 
 The key is what the remote cache keys the device link by (:func:`offload_builders.remote.cli_jobs.step_job`): its
 command with the scratch directory left out, the content of every device file it reads, and the programs it runs
-by path and content (NVPTX: also ptxas and nvlink). A kept image is used only if its key is the new link's and
-its bytes are the ones recorded beside the key, checked after the copy; anything else (no slot, another key, a
-missing or damaged file, a cache that cannot be written) links as without it. The host CPU's device link is not
-kept, as it is not cached remotely: it links host libraries found by the linker's own search.
+by path and content (NVPTX: also clang-nvlink-wrapper, ptxas, nvlink and the CUDA 12 wheels' libnvJitLink). A kept
+image is used only if its key is the new link's and its bytes are the ones recorded beside the key, checked after
+the copy; anything else (no slot, another key, a missing or damaged file, a cache that cannot be written) links as
+without it. The host CPU's device link is not kept, as it is not cached remotely: it links host libraries found by
+the linker's own search.
 
 Slots are per output path (a program's images replace that program's earlier ones); the least recently used
 beyond :data:`MAX_SLOTS` are removed. ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns this off with the other caches.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 from typing import TYPE_CHECKING
+
+from offload_builders.private_dirs import replace_private_file
 
 if TYPE_CHECKING:
     from offload_builders.remote.actions import NodeJob
@@ -86,13 +90,14 @@ class KeptImages:
             except FileNotFoundError:
                 pass
             partial = os.path.join(self.slot, f"{name}.img.{os.getpid()}.partial")
-            shutil.copyfile(image, partial)
-            os.replace(partial, os.path.join(self.slot, name + ".img"))
-            text = f"{key} {_file_sha256(image)}\n"
-            partial = f"{key_path}.{os.getpid()}.partial"
-            with open(partial, "w", encoding="ascii") as stream:
-                stream.write(text)
-            os.replace(partial, key_path)
+            try:
+                shutil.copyfile(image, partial)
+                os.replace(partial, os.path.join(self.slot, name + ".img"))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(partial)
+                raise
+            replace_private_file(key_path, f"{key} {_file_sha256(image)}\n")
         except OSError:
             pass
 
