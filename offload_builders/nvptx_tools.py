@@ -237,7 +237,12 @@ def openmp_cuda_path(toolchain: Toolchain) -> Path | None:
 def openmp_tool(toolchain: Toolchain, name: str) -> Path:
     """``ptxas`` or ``nvlink`` of the chosen tools (the toolchain's lookup, and its error, where none are)."""
     tools = openmp_tools(toolchain)
-    return tools.tool(name) if tools is not None else toolchain.cuda_tool(name)
+    if tools is not None:
+        return tools.tool(name)
+    try:
+        return toolchain.cuda_tool(name)
+    except ToolchainError as error:  # no CUDA anywhere: the extra is what an OpenMP build is missing
+        raise ToolchainError(f"{error}; for OpenMP NVPTX images: {INSTALL_HINT}") from None
 
 
 __all__ = ["INSTALL_HINT", "LIBDEVICE", "VARIABLE", "WHEELS", "NvptxTools", "compose_wheel_tools", "nvlink_library",

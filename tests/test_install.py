@@ -57,11 +57,11 @@ def base_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A fresh virtualenv with a wheel of this checkout and its ``[nvptx]`` extra, installed from local wheels."""
+def wheel(tmp_path_factory) -> Path:
+    """A wheel of this checkout, built with the build backend from the wheelhouse."""
     if not (WHEELHOUSE / ".offload-builders-wheelhouse").is_file():
         pytest.fail(f"{WHEELHOUSE} is missing or incomplete: run ./scripts/bootstrap, which fills it")
-    work = tmp_path_factory.mktemp("install")
+    work = tmp_path_factory.mktemp("wheel")
     # Build from a copy of the tracked files: a build in the checkout would leave build/ and egg-info behind.
     source = work / "source"
     tracked = subprocess.run(["git", "ls-files", "-z", "pyproject.toml", "README.md", "offload_builders"],
@@ -74,11 +74,21 @@ def installed(tmp_path_factory) -> Path:
          "-w", str(dist), str(source)], cwd=work)
     wheels = list(dist.glob("offload_builders-*.whl"))
     assert len(wheels) == 1, wheels
-    venv = work / "venv"
-    run([base_python(), "-m", "venv", str(venv)], cwd=work)
-    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
-         f"{wheels[0]}[nvptx]"], cwd=work)
-    return venv
+    return wheels[0]
+
+
+def fresh_venv(directory: Path, *requirements: str) -> Path:
+    """A new virtualenv in ``directory`` with ``requirements`` installed from local wheels only."""
+    run([base_python(), "-m", "venv", str(directory)], cwd=directory.parent)
+    run([str(directory / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links",
+         str(WHEELHOUSE), *requirements], cwd=directory.parent)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh virtualenv with the wheel and its ``[nvptx]`` extra."""
+    return fresh_venv(tmp_path_factory.mktemp("install") / "venv", f"{wheel}[nvptx]")
 
 
 @pytest.fixture
@@ -145,10 +155,7 @@ def test_the_site_scons_shim_loads_the_installed_package(installed, project):
 
 def test_the_shim_without_the_package_is_one_error(tmp_path, project):
     """SCons in a Python without offload-builders: the shim says which Python and what to install."""
-    venv = tmp_path / "scons-only"
-    run([base_python(), "-m", "venv", str(venv)], cwd=tmp_path)
-    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELHOUSE),
-         "scons"], cwd=tmp_path)
+    venv = fresh_venv(tmp_path / "scons-only", "scons")
     copy_shim(project)
     (project / "SConstruct").write_text('env = Environment(tools=["default", "offload"])\n')
     done = run([str(venv / "bin" / "scons"), "-Q"], cwd=project, check=False)
@@ -185,3 +192,19 @@ def test_a_remote_cache_without_the_remote_extra_is_one_warning(installed, proje
     assert len(lines) == 1 and "pip install 'offload-builders[remote]'" in lines[0], done.stderr
     assert "building locally" in lines[0]
     assert (project / "zaxpy.host.bc").stat().st_size > 0
+
+
+@pytest.mark.parametrize("cuda", ["none", "CUDA 13"])
+def test_an_nvptx_target_without_the_nvptx_extra_is_one_error_naming_it(wheel, project, tmp_path, cuda):
+    """No ``[nvptx]``: with no CUDA at all, or only CUDA 13 (whose cubins libomptarget 19 cannot load), an OpenMP
+    ``sm_90`` target stops the build at read time with one error that names the extra."""
+    venv = fresh_venv(tmp_path / "plain", str(wheel))
+    (project / "SConstruct").write_text(doc_block("python", "## SCons"))
+    # "none": no CUDA_PATH directory and no ptxas on PATH (some machines have one in /usr/local/bin).
+    extra = ({"CUDA_PATH": str(tmp_path / "no-cuda"), "PATH": "/usr/bin:/bin"} if cuda == "none"
+             else {"CUDA_PATH": "/usr/local/cuda"})
+    done = run([str(venv / "bin" / "scons"), "-Q", "-n"], cwd=project, check=False, **extra)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("scons: ***")]
+    assert len(errors) == 1 and "pip install 'offload-builders[nvptx]'" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
