@@ -14,6 +14,11 @@ class TargetIDError(OffloadError, ValueError):
     """An offload target ID or bundle entry ID is malformed, unknown, or conflicts with another."""
 
 
+class NativeTargetError(TargetIDError):
+    """``native`` in a target list could not stand for this machine's GPUs: ``amdgpu-arch`` and ``nvptx-arch``
+    found none (the message names them and what they said), or ``native`` was given features."""
+
+
 class ToolchainError(OffloadError):
     """A required tool (Clang, a sibling LLVM tool, ptxas, ...) is missing or unusable."""
 

@@ -345,6 +345,10 @@ def _version_error(text: str, name: str, since: int, until: int | None, llvm_ver
 
 
 def _unknown_processor(text: str, processor: str, llvm_version: int) -> TargetIDError:
+    if processor == "native":  # offload_builders.native_targets replaces it in the lists that take it
+        return TargetIDError(f"invalid target ID {text!r}: 'native' (this machine's GPUs) is taken by target lists"
+                             " only (OFFLOAD_ARCHS, CMake's ARCHS, offload-compile's check, --targets and --target),"
+                             " which replace it before target IDs are parsed; name the target IDs here")
     valid = known_processors(llvm_version)
     lowered = {name.lower(): name for name in valid}
     if processor.lower() in lowered:  # a case slip: Clang names are case-sensitive

@@ -74,7 +74,7 @@ from offload_builders.cli._common import UsageError, run_tool
 from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.driver import CommandTemplate, target_selection_flags
 from offload_builders.errors import OffloadError
-from offload_builders.models import source_model as model_of_source
+from offload_builders.models import TARGET_KINDS, source_model as model_of_source
 from offload_builders.models.cuda import (
     ARCH_LIST_SLOT,
     HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
@@ -100,6 +100,14 @@ from offload_builders.models.hip import (
     write_fatbin,
 )
 from offload_builders.models.openmp import DeviceSteps, PhaseModel, language_of
+from offload_builders.native_targets import (
+    NATIVE,
+    described,
+    expand_native,
+    names_native,
+    system_gpu_names,
+    toolchain_arch_tools,
+)
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.source_identity import file_identity
 from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
@@ -146,6 +154,8 @@ OPTIONS:
   --help, --version
 The compile flags after `--` are the same for every phase of a source (device: plus that target's own).
 The compiler is $OFFLOAD_CLANG, else clang-19, /usr/lib/llvm-19/bin/clang, clang.
+A target list (check, --targets, --target) may hold `native`: this machine's GPUs, asked at every command of the
+compiler's amdgpu-arch and nvptx-arch (its own, else on PATH; $OFFLOAD_AMDGPU_ARCH_TOOL/$OFFLOAD_NVPTX_ARCH_TOOL).
 With $OFFLOAD_REMOTE=grpc://HOST:PORT/INSTANCE each phase is looked up in that remote cache (REAPI) first.
 """
 
@@ -255,11 +265,33 @@ def _input(path: str, option: str) -> str:
     return path
 
 
-def _target(text: str, option: str) -> TargetID:
+def _target(text: str, option: str, model: str = OPENMP) -> TargetID:
+    """``--target``: one ID; ``native``, the one GPU of this machine that ``model`` compiles for."""
+    if names_native(text):
+        names = _native_names(text, option, model, f"{option} sm_90")
+        if len(names) != 1:
+            raise UsageError(f"{option}: '{NATIVE}' stands for {len(names)} targets here ({', '.join(names)}), and"
+                             f" {option} takes one: name it, or give them all to a list ({PROG} check {NATIVE})")
+        text = names[0]
     try:
         return parse_target_id(text)
     except OffloadError as error:  # one line naming the option
         raise UsageError(f"{option}: {error}") from None
+
+
+def _native_names(words: str | Sequence[str], option: str, model: str, example: str) -> tuple[str, ...]:
+    """What ``native`` in ``words`` stands for (:mod:`offload_builders.native_targets`: this machine's GPUs, asked
+    now), those ``model`` compiles for (HIP the AMDGPU ones, CUDA the NVPTX ones, OpenMP all); none, one line."""
+    try:
+        expand_native(words, ())  # native with features
+        names = system_gpu_names(toolchain_arch_tools(find_toolchain()), example=example)
+        kept = tuple(name for name in names if parse_target_id(name).kind in TARGET_KINDS[model])
+    except OffloadError as error:
+        raise UsageError(f"{option}: {error}") from None
+    if not kept:
+        raise UsageError(f"{option}: '{NATIVE}' found {', '.join(names)} on this machine, and the {model} model"
+                         f" compiles for none of them; name the targets instead, e.g. {example}")
+    return kept
 
 
 def _model() -> PhaseModel:
@@ -707,13 +739,21 @@ def _package(opts: _Options) -> int:
 
 
 def _target_list(opts: _Options) -> list[TargetID]:
-    """``--targets`` parsed, in the order given: each a valid ID, none twice, none conflicting."""
+    """``--targets`` parsed, in the order given: each a valid ID, none twice, none conflicting; ``native``, this
+    machine's GPUs that the source's model compiles for (each once)."""
     assert opts.targets is not None
+    items, option = opts.targets.split(","), "--targets"
+    if names_native(opts.targets):
+        model = source_model(opts.positional[0]) if opts.positional else OPENMP
+        names = _native_names(opts.targets, option, model, "--targets sm_90,gfx90a")
+        items, option = list(expand_native(opts.targets, names)), f"--targets ({described(names)})"
     try:
-        targets = [parse_target_id(text.strip()) for text in opts.targets.split(",")]
-        parse_offload_archs(opts.targets)  # conflicting IDs
+        targets = [parse_target_id(text.strip()) for text in items]
+        parse_offload_archs(items)  # conflicting IDs
     except OffloadError as error:
-        raise UsageError(f"--targets: {error}") from None
+        raise UsageError(f"{option}: {error}") from None
+    if option != "--targets":
+        targets = list(dict.fromkeys(targets))
     if len(set(targets)) != len(targets):
         raise UsageError(f"--targets: a target ID appears twice in '{opts.targets}'")
     return targets
@@ -773,7 +813,7 @@ def _gpu_flags(model: str, phases: HipPhaseModel | CudaPhaseModel, target: Targe
 
 
 def _gpu_target(model: str, text: str, option: str) -> TargetID:
-    target = _target(text, option)
+    target = _target(text, option, model)
     try:
         (check_hip_targets if model == HIP else check_cuda_targets)([target])
     except OffloadError as error:
@@ -984,10 +1024,15 @@ def _gpu_host(opts: _Options, model: str) -> int:
 def _check(opts: _Options) -> int:
     if not opts.positional:
         raise UsageError("check: no target IDs given (e.g. x86_64,gfx90a)")
+    words: Sequence[str] = opts.positional
+    where = "check"
+    if names_native(words):  # this machine's GPUs, asked now (CMake's configure runs this)
+        names = _native_names(words, where, OPENMP, "OFFLOAD_ARCHS=sm_90,gfx90a")
+        words, where = expand_native(words, names), f"check ({described(names)})"
     try:
-        targets = parse_offload_archs(opts.positional)
+        targets = parse_offload_archs(words)
     except OffloadError as error:
-        raise UsageError(f"check: {error}") from None
+        raise UsageError(f"{where}: {error}") from None
     print(",".join(str(target) for target in targets))
     return 0
 

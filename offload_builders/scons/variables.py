@@ -1,7 +1,8 @@
 """Reading the ``offload`` tool's construction variables: the toolchain (``$OFFLOAD_CLANG``), the project's top
-directory and probe cache, the phase model of a build (:func:`phase_model`), the targets (``$OFFLOAD_ARCHS``, the
-``{target ID: flags}`` tables and the warning about keys that match no target), ``$OFFLOAD_RDC``,
-``$OFFLOAD_DEPLOY_DEVICES``, defaults (:func:`set_default`), and our errors as SCons' ``UserError``.
+directory and probe cache, the phase model of a build (:func:`phase_model`), the targets (``$OFFLOAD_ARCHS``, its
+``native`` asked of this machine's GPUs once per run, the ``{target ID: flags}`` tables and the warning about keys
+that match no target), ``$OFFLOAD_RDC``, ``$OFFLOAD_DEPLOY_DEVICES``, defaults (:func:`set_default`), and our errors
+as SCons' ``UserError``.
 
 The bottom of :mod:`offload_builders.scons`: it imports no other module of ``offload_builders.scons`` (only core
 modules), so each of them reads the variables through it.
@@ -22,6 +23,15 @@ import SCons.Warnings
 
 from offload_builders import models
 from offload_builders.errors import OffloadError
+from offload_builders.native_targets import (
+    ARCH_TOOLS,
+    NATIVE,
+    described,
+    expand_native,
+    names_native,
+    system_gpu_names,
+    toolchain_arch_tools,
+)
 from offload_builders.targets import TargetID, offload_arch_words, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import ProbeCache, Toolchain, find_toolchain, probe_cache
 
@@ -84,37 +94,78 @@ def phase_model(env, model_class: Callable[[Toolchain, str, ProbeCache | None], 
 
 
 def selected_targets(env) -> tuple[TargetID, ...]:
-    """``$OFFLOAD_ARCHS`` parsed, canonicalized and checked, or one ``UserError`` naming the offenders."""
+    """``$OFFLOAD_ARCHS`` parsed, canonicalized and checked (``native``: this machine's GPUs, see
+    :func:`native_names`), or one ``UserError`` naming the offenders."""
+    words = _arch_words(env)
+    if names_native(words):
+        try:
+            expand_native(words, ())  # native with features: an error before any tool runs
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+        names = native_names(env)
+        return _parsed_archs(expand_native(words, names), f"OFFLOAD_ARCHS ({described(names)})")
+    return _parsed_archs(words)
+
+
+def _arch_words(env) -> str | tuple[str, ...]:
     value = env.get("OFFLOAD_ARCHS")
     if isinstance(value, str):
         value = env.subst(value)
     try:
-        words = offload_arch_words(value)
+        return offload_arch_words(value)
     except OffloadError as error:
         raise user_error(error) from None
-    return _parsed_archs(words)
 
 
 @functools.lru_cache(maxsize=64)
-def _parsed_archs(words: str | tuple[str, ...]) -> tuple[TargetID, ...]:
+def _parsed_archs(words: str | tuple[str, ...], variable: str = "OFFLOAD_ARCHS") -> tuple[TargetID, ...]:
     """Parsed once per distinct value: every source's emitter asks (hundreds of times in a large project)."""
     try:
         return parse_offload_archs(words)
     except OffloadError as error:
-        raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+        raise SCons.Errors.UserError(f"{variable}: {error}") from None
+
+
+#: Per pair of GPU-listing tools (their paths), the processors they printed: asked once per SCons run, since every
+#: source's emitter reads ``$OFFLOAD_ARCHS``; kept in this process only (never on disk: the answer is the machine's).
+_NATIVE_NAMES: dict[tuple, tuple[str, ...]] = {}
+
+
+def native_names(env) -> tuple[str, ...]:
+    """What ``native`` stands for in ``env``: the processors ``amdgpu-arch`` and ``nvptx-arch`` print (the
+    toolchain's own, or ``$OFFLOAD_AMDGPU_ARCH_TOOL``/``$OFFLOAD_NVPTX_ARCH_TOOL``, construction or environment
+    variables), or one ``UserError`` where they find no GPU."""
+    chosen = {variable: word_value(env, variable) for _, variable in ARCH_TOOLS if env.get(variable)}
+    tools = toolchain_arch_tools(toolchain_for(env), collections.ChainMap(chosen, os.environ))
+    names = _NATIVE_NAMES.get(tools)
+    if names is None:
+        try:
+            names = _NATIVE_NAMES[tools] = system_gpu_names(tools)
+        except OffloadError as error:
+            raise SCons.Errors.UserError(f"OFFLOAD_ARCHS: {error}") from None
+    return names
+
+
+def _key_targets(env, variable: str, key: object) -> tuple[TargetID, ...]:
+    """The targets a ``{target ID: flags}`` key names: one, or for ``native`` those ``native`` in ``$OFFLOAD_ARCHS``
+    stands for (none where the list does not name it: no tool runs for a table alone)."""
+    try:
+        if str(key).strip() != NATIVE:
+            return (parse_target_id(str(key)),)
+        if not names_native(_arch_words(env)):
+            return ()
+        return tuple(parse_target_id(name) for name in native_names(env))
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
 
 
 def target_flags(env, target: TargetID, variable: str = "OFFLOAD_TARGET_FLAGS") -> list[str]:
     """``$OFFLOAD_TARGET_FLAGS`` (or another ``{target ID: flags}`` variable) entries for ``target``; keys
-    may be spelled any valid way."""
+    may be spelled any valid way, and ``native`` names what it stands for in ``$OFFLOAD_ARCHS``."""
     table = env.get(variable) or {}
     flags: list[str] = []
     for key, value in table.items():
-        try:
-            canonical = parse_target_id(str(key))
-        except OffloadError as error:
-            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
-        if canonical == target:
+        if target in _key_targets(env, variable, key):
             flags.extend(env.subst_list(value, SCons.Subst.SUBST_CMD)[0] if value else [])
     return [str(flag) for flag in flags]
 
@@ -133,17 +184,16 @@ def warn_unmatched_keys(env, variable: str, targets: Sequence[TargetID]) -> None
     nothing. A warning, not an error: a table that covers more targets than one build selects (with
     ``OFFLOAD_ARCHS`` from the command line) is normal."""
     for key in (env.get(variable) or {}):
-        try:
-            canonical = parse_target_id(str(key))
-        except OffloadError as error:
-            raise SCons.Errors.UserError(f"{variable} key {key!r}: {error}") from None
+        named = _key_targets(env, variable, key)
         memo = (variable, str(key), tuple(targets))
-        if canonical in targets or memo in _WARNED_KEYS:
+        if any(tid in targets for tid in named) or memo in _WARNED_KEYS:
             continue
         _WARNED_KEYS.add(memo)
-        near = [str(tid) for tid in targets if tid.processor == canonical.processor]
+        near = [str(tid) for tid in targets if any(tid.processor == each.processor for each in named)]
         hint = (f"; did you mean {' or '.join(repr(n) for n in near)}? A key names a target ID of OFFLOAD_ARCHS"
                 " exactly, features included" if near else "")
+        if not named:  # a native key where OFFLOAD_ARCHS names no native
+            hint = f"; a '{NATIVE}' key stands for what '{NATIVE}' in OFFLOAD_ARCHS stands for, and it names none"
         SCons.Warnings.warn(OffloadTargetKeyWarning,
                             f"{variable} key {key!r} matches no target of this build"
                             f" ({', '.join(str(tid) for tid in targets)}): its flags are not used{hint}")
@@ -155,6 +205,9 @@ def model_targets_for(env, source, model: str) -> tuple[TargetID, ...]:
     try:
         return models.source_targets(str(source), model, selected_targets(env))
     except OffloadError as error:
+        if names_native(_arch_words(env)):  # the list named no such target: say what native found
+            raise SCons.Errors.UserError(f"{error} ('{NATIVE}' stands for {','.join(native_names(env))} on this"
+                                         " machine)") from None
         raise user_error(error) from None
 
 

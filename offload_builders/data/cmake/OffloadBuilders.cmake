@@ -37,7 +37,7 @@ cmake_policy(PUSH)
 cmake_policy(VERSION 3.20...4.4)
 
 set(OFFLOAD_ARCHS "x86_64" CACHE STRING
-  "Offload target IDs, comma-separated (x86_64 runs on this CPU; sm_90, gfx90a:xnack+, ...)")
+  "Offload target IDs, comma-separated (x86_64 runs on this CPU; sm_90, gfx90a:xnack+, ...; native: this machine's GPUs, asked at every configure)")
 set(OFFLOAD_SOURCE_ROOT "${CMAKE_SOURCE_DIR}" CACHE PATH
   "Where offload-compile runs; it names sources under it from here, as the SCons tool from its top directory (empty: the binary directory, absolute names)")
 option(OFFLOAD_CUDA_ARCH_LIST
@@ -92,6 +92,8 @@ unset(_offload_out)
 unset(_offload_err)
 
 # The canonical comma-separated list of ARGN (commas or semicolons), or one error line naming what is wrong.
+# `native` is resolved by offload-compile check (amdgpu-arch, nvptx-arch) at every configure: the answer is kept in
+# a GLOBAL property, which lasts this configure run only, never in the cache (OFFLOAD_ARCHS stays `native`).
 function(_offload_check_archs out)
   string(REPLACE ";" "," text "${ARGN}")
   get_property(known GLOBAL PROPERTY "_OFFLOAD_ARCHS_${text}")
@@ -101,6 +103,9 @@ function(_offload_check_archs out)
     if(NOT rc EQUAL 0)
       string(REPLACE "\n" " " err "${err}")
       message(FATAL_ERROR " OFFLOAD_ARCHS '${text}': ${err}")
+    endif()
+    if(text MATCHES "(^|,)[ \t]*native[ \t]*(,|$)")
+      message(STATUS "OffloadBuilders: OFFLOAD_ARCHS '${text}' is ${known} on this machine (native: its GPUs)")
     endif()
     set_property(GLOBAL PROPERTY "_OFFLOAD_ARCHS_${text}" "${known}")
   endif()
