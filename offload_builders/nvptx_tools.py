@@ -220,10 +220,16 @@ def _openmp_tools(toolchain: Toolchain, explicit: str) -> NvptxTools | None:
         tried.append(f"{root / 'bin'} ({origin}) writes ABI {abi}")
     if not tried:
         return None
-    raise ToolchainError(
+    raise _unloadable(toolchain, tried)
+
+
+def _unloadable(toolchain: Toolchain, tried: list[str]) -> ToolchainError:
+    """The error for NVPTX tools whose cubins the toolchain's OpenMP runtime would not load."""
+    runtime = runtime_version(toolchain)
+    return ToolchainError(
         f"libomptarget {cubin.version_text(runtime)} (in {toolchain.lib_dir}) loads NVPTX images with cubin ELF"
-        f" ABI {' or '.join(map(str, loads))} only, but {'; '.join(tried)}: its images would not load"
-        f" ({cubin.UPSTREAM_ISSUE}, fixed in LLVM 22 and 21.1.2); {INSTALL_HINT}")
+        f" ABI {' or '.join(map(str, cubin.runtime_abis(runtime)))} only, but {'; '.join(tried)}: its images would"
+        f" not load ({cubin.UPSTREAM_ISSUE}, fixed in LLVM 22 and 21.1.2); {INSTALL_HINT}")
 
 
 
@@ -240,9 +246,15 @@ def openmp_tool(toolchain: Toolchain, name: str) -> Path:
     if tools is not None:
         return tools.tool(name)
     try:
-        return toolchain.cuda_tool(name)
+        found = toolchain.cuda_tool(name)
     except ToolchainError as error:  # no CUDA anywhere: the extra is what an OpenMP build is missing
         raise ToolchainError(f"{error}; for OpenMP NVPTX images: {INSTALL_HINT}") from None
+    # Found on PATH only (no CUDA installation, no wheels): its pair must also write cubins the runtime loads.
+    root = found.parent.parent
+    abi = written_abi(root)
+    if abi is not None and abi not in cubin.runtime_abis(runtime_version(toolchain)):
+        raise _unloadable(toolchain, [f"{found.parent} (on PATH) writes ABI {abi}"])
+    return found
 
 
 __all__ = ["INSTALL_HINT", "LIBDEVICE", "VARIABLE", "WHEELS", "NvptxTools", "compose_wheel_tools", "nvlink_library",

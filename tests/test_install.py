@@ -194,15 +194,18 @@ def test_a_remote_cache_without_the_remote_extra_is_one_warning(installed, proje
     assert (project / "zaxpy.host.bc").stat().st_size > 0
 
 
-@pytest.mark.parametrize("cuda", ["none", "CUDA 13"])
+@pytest.mark.parametrize("cuda", ["none", "CUDA 13", "CUDA 13 on PATH"])
 def test_an_nvptx_target_without_the_nvptx_extra_is_one_error_naming_it(wheel, project, tmp_path, cuda):
     """No ``[nvptx]``: with no CUDA at all, or only CUDA 13 (whose cubins libomptarget 19 cannot load), an OpenMP
     ``sm_90`` target stops the build at read time with one error that names the extra."""
     venv = fresh_venv(tmp_path / "plain", str(wheel))
     (project / "SConstruct").write_text(doc_block("python", "## SCons"))
     # "none": no CUDA_PATH directory and no ptxas on PATH (some machines have one in /usr/local/bin).
-    extra = ({"CUDA_PATH": str(tmp_path / "no-cuda"), "PATH": "/usr/bin:/bin"} if cuda == "none"
-             else {"CUDA_PATH": "/usr/local/cuda"})
+    # "CUDA 13 on PATH": no CUDA_PATH directory, only CUDA 13's ptxas on PATH (checked like $CUDA_PATH's).
+    extra = {"none": {"CUDA_PATH": str(tmp_path / "no-cuda"), "PATH": "/usr/bin:/bin"},
+             "CUDA 13": {"CUDA_PATH": "/usr/local/cuda"},
+             "CUDA 13 on PATH": {"CUDA_PATH": str(tmp_path / "no-cuda"), "PATH": "/usr/local/cuda/bin:/usr/bin:/bin"},
+             }[cuda]
     done = run([str(venv / "bin" / "scons"), "-Q", "-n"], cwd=project, check=False, **extra)
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("scons: ***")]
