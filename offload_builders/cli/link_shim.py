@@ -49,7 +49,7 @@ def shim_dir() -> str:
     python = os.path.abspath(sys.executable)
     directory = private_directory(_shim_root() / ("link-shim-" + hashlib.sha256(python.encode()).hexdigest()[:12]))
     script = directory / WRAPPER_NAME
-    text = f"#!/bin/sh\nexec {shlex.quote(python)} -m offload_builders.cli.link \"$@\"\n"
+    text = f"#!/bin/sh\nexec {shlex.quote(python)} -P -m offload_builders.cli.link \"$@\"\n"
     if trusted_file_text(script) != text or not os.access(script, os.X_OK):
         replace_private_file(script, text, 0o700)
     return str(directory)

@@ -582,7 +582,7 @@ class _BitcodeChild:
             raise OSError("no Python interpreter (sys.executable is empty) to read LLVM bitcode with")
         self.pid = os.getpid()
         self.errors = tempfile.TemporaryFile()  # LLVM's assertion message, read only after a crash
-        self.process = subprocess.Popen([sys.executable, "-c", _BITCODE_CHILD], stdin=subprocess.PIPE,
+        self.process = subprocess.Popen([sys.executable, "-P", "-c", _BITCODE_CHILD], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.errors, close_fds=True)
 
     @classmethod
