@@ -303,6 +303,10 @@ def test_scons_errors_name_native(scons_project, gpus):
     error = line_starting(output, "scons: ***")
     assert "h.hip: the hip model compiles for AMDGPU" in error
     assert "('native' stands for sm_90 on this machine)" in error
+    gpus.set(amd=["gfx1999"], nv=None)  # a processor the tools know and this package does not
+    _, output = scons(scons_project, "-n", environ=gpus.environ, check=False)
+    assert line_starting(output, "scons: ***").startswith(
+        "scons: *** OFFLOAD_ARCHS (native = gfx1999): invalid target ID 'gfx1999': unknown processor")
 
 
 def test_scons_native_with_the_real_tools_of_this_machine(scons_project):
@@ -333,6 +337,9 @@ def test_offload_compile_check_resolves_native_at_every_command(tmp_path, gpus):
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("offload-compile: error: check: 'native' found no GPU on this machine: amdgpu-arch")
     assert done.stderr.endswith(f"{NO_GPU_HINT}\n") and done.stderr.count("\n") == 1
+    gpus.set(amd=["gfx1999"], nv=None)  # a processor the tools know and this package does not
+    done = offload_compile(tmp_path, "check", "native", environ=gpus.environ)
+    assert done.stderr.startswith("offload-compile: error: check (native = gfx1999): invalid target ID 'gfx1999'")
 
 
 @pytest.mark.parametrize("bin_dir", [LLVM19_BIN, LLVM22_BIN], ids=["clang19", "clang22"])

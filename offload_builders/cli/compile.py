@@ -285,9 +285,12 @@ def _native_names(words: str | Sequence[str], option: str, model: str, example: 
     try:
         expand_native(words, ())  # native with features
         names = system_gpu_names(toolchain_arch_tools(find_toolchain()), example=example)
-        kept = tuple(name for name in names if parse_target_id(name).kind in TARGET_KINDS[model])
     except OffloadError as error:
         raise UsageError(f"{option}: {error}") from None
+    try:
+        kept = tuple(name for name in names if parse_target_id(name).kind in TARGET_KINDS[model])
+    except OffloadError as error:  # a processor the tools know and this package does not
+        raise UsageError(f"{option} ({described(names)}): {error}") from None
     if not kept:
         raise UsageError(f"{option}: '{NATIVE}' found {', '.join(names)} on this machine, and the {model} model"
                          f" compiles for none of them; name the targets instead, e.g. {example}")
