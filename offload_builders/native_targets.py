@@ -37,8 +37,9 @@ ARCH_TOOLS: tuple[tuple[str, str], ...] = (
     ("nvptx-arch", "OFFLOAD_NVPTX_ARCH_TOOL"),
 )
 
-#: How long a tool may take (Clang waits 10 s; a runtime's first initialisation on a large node can be slower).
-TOOL_TIMEOUT_S = 30
+#: How long a tool may take: newer Clang drivers' default (``executeToolChainProgram``; Clang 19 waits 10 s), since a
+#: GPU runtime's first initialisation on a large node can be slow.
+TOOL_TIMEOUT_S = 60
 
 #: The example of named targets in the error, per place a list is given.
 DEFAULT_EXAMPLE = "OFFLOAD_ARCHS=sm_90,gfx90a"
