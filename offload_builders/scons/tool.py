@@ -41,7 +41,7 @@ import SCons.Scanner.Prog
 import SCons.Util
 
 from offload_builders.phase_table import OPENMP, command_defaults, message_defaults
-from offload_builders.scons import hip, objects, openmp, program
+from offload_builders.scons import compilation_database, hip, objects, openmp, program
 from offload_builders.scons.actions import HostLinkAction, in_process_action, phase_action
 from offload_builders.scons.external import link_builder
 from offload_builders.scons.link_nodes import (
@@ -136,6 +136,7 @@ def generate(env, **kwargs: Any) -> None:
     openmp.generate(env)
     program.generate(env)
     objects.generate(env)  # OffloadObject, per suffix: .hip is HIP, .cu CUDA, C and C++ take $OFFLOAD_MODEL
+    compilation_database.generate(env)  # its objects in SCons' compilation_db tool's database, where it is loaded
     env["_OFFLOAD_RPATH"] = rpath_flags
 
     env.AddMethod(selected_targets, "OffloadSelectedTargets")
