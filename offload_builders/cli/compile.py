@@ -10,6 +10,7 @@ cache)::
     offload-compile package SRC --targets T1,T2 -o X.pkg IMAGE1 IMAGE2 [--depfile D] [-- FLAGS]
     offload-compile embed   SRC --host-bc X.host.bc --package X.pkg -o X.o [--depfile D] [-- FLAGS]
     offload-compile check   T1,T2 ...        (prints the canonical target-ID list, or fails)
+    offload-compile compdb-args SRC --targets T1,T2 [--groups] [-- FLAGS]   (a compile-database entry's arguments)
 
 A ``.hip`` source is HIP and a ``.cu`` source CUDA, as in the SCons tool, each with three phases::
 
@@ -125,6 +126,8 @@ USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} package SRC --targets <ID,...> -o <pkg> <image per target...> [--depfile <file>] [-- <flags>]
        {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
        {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
+       {PROG} compdb-args SRC --targets <ID,...> [--groups] [-- <flags>]   print what SRC's compile-database
+                      entry adds to the flags (one per line; --groups: each option with its value, shell-quoted)
 HIP (.hip) and CUDA (.cu) sources:
        {PROG} device  SRC --target <ID> -o <code object|cubin> [--cuid <C>] [--source-root <dir>] [--depfile <file>]
                       [-- <flags>]          (CUDA: the PTX is written beside the cubin, <cubin>.ptx)
@@ -161,7 +164,7 @@ With $OFFLOAD_REMOTE=grpc://HOST:PORT/INSTANCE each phase is looked up in that r
 
 #: Dependency-file flags: this tool writes the depfile itself, one per node.
 _DEPENDENCY_FLAGS = ("-M", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG", "-MV", "-Wp,-M")
-_SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check")
+_SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check", "compdb-args")
 IDENTITY_SUFFIX = ".identity"
 #: A CUDA device node keeps its PTX beside its cubin (``<cubin>.ptx``): Clang 19 puts it in the fat binary.
 PTX_SUFFIX = ".ptx"
@@ -183,6 +186,7 @@ class _Options:
     source_root: str | None = None
     cmake_dir: bool = False
     absolute_depfile: bool = False
+    groups: bool = False
     help: bool = False
     version: bool = False
 
@@ -193,6 +197,7 @@ _PARSER = Parser(PROG, [
                                 "--cuid", "--source-root")),
     Option("--cmake-dir", action=FLAG),
     Option("--absolute-depfile", action=FLAG),
+    Option("--groups", action=FLAG),
     Option("--help", "-help", "-h", action=FLAG),
     Option("--version", action=FLAG),
 ], dashes="exact", missing="missing value for {name}",
@@ -1040,8 +1045,30 @@ def _check(opts: _Options) -> int:
     return 0
 
 
+def _compdb_args(opts: _Options) -> int:
+    """What SRC's compile-database entry adds to the flags (:func:`offload_builders.compile_database.added_arguments`:
+    the model's mode, the targets, the tool's device-library and header flags, the host view), one argument per line
+    or, with ``--groups``, one option and its value per line, shell-quoted (CMake's ``SHELL:`` options)."""
+    from offload_builders.compile_database import added_arguments, shell_groups
+
+    _require(opts, "targets")
+    _refuse(opts, "output", "depfile", "target", "host_bc", "package", "fatbin", "cuid",
+            why="is for the compile phases; compdb-args prints arguments")
+    source = _source(opts)
+    model = source_model(source)
+    targets = _target_list(opts)
+    try:
+        if model != OPENMP:
+            (check_hip_flags if model == HIP else check_cuda_flags)(opts.flags)
+        added = added_arguments(find_toolchain(), source, model, targets, opts.flags)
+    except OffloadError as error:
+        raise UsageError(f"compdb-args: {error}") from None
+    print("\n".join(shell_groups(added) if opts.groups else added))
+    return 0
+
+
 _PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embed, "bundle": _bundle,
-           "check": _check}
+           "check": _check, "compdb-args": _compdb_args}
 
 
 def _main(opts: _Options) -> int:
