@@ -190,6 +190,56 @@ function(_offload_command output)
     DEPENDS ${arg_DEPENDS} DEPFILE "${output}.d" ${cwd} COMMENT "${arg_COMMENT}" COMMAND_EXPAND_LISTS VERBATIM)
 endfunction()
 
+# Compile databases (CMAKE_EXPORT_COMPILE_COMMANDS=ON): CMake lists only its own compile rules, never custom commands,
+# and rewrites compile_commands.json at every generate. So each offload target's sources of one model also go into an
+# OBJECT library, <target>.offload-<model>, that CMake lists and nothing builds: EXCLUDE_FROM_ALL, linked by no
+# target, and no check of the compiler at configure. Its options are the phases' flags, the target's include
+# directories, definitions and options (its usage requirements), and what `offload-compile compdb-args` adds: the
+# model's mode (.hip and .cu sources are compiled as C++ with -x hip/-x cuda), the targets, the device-library and
+# header flags, --offload-host-only (the host view: docs/editors.md). Each option travels as a SHELL: group, which
+# CMake does not de-duplicate. QUERY are the flags compdb-args reads (without generator expressions).
+function(_offload_compile_database tgt model archs)
+  cmake_parse_arguments(PARSE_ARGV 3 arg "" "" "SOURCES;FLAGS;QUERY")
+  get_target_property(type ${tgt} TYPE)
+  set(prefix "")
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    set(prefix INTERFACE_)
+  endif()
+  list(FILTER arg_QUERY EXCLUDE REGEX "\\$<")
+  string(JOIN "\n" key "${model}" "${archs}" ${arg_QUERY})
+  string(SHA1 key "${key}")
+  get_property(groups GLOBAL PROPERTY "_OFFLOAD_COMPDB_${key}")
+  if(NOT groups)
+    list(GET arg_SOURCES 0 first)
+    execute_process(COMMAND "${OFFLOAD_COMPILE}" compdb-args "${first}" --targets "${archs}" --groups -- ${arg_QUERY}
+      RESULT_VARIABLE rc OUTPUT_VARIABLE groups ERROR_VARIABLE err
+      OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
+    if(NOT rc EQUAL 0)
+      string(REPLACE "\n" " " err "${err}")
+      message(FATAL_ERROR " ${tgt}: ${err}")
+    endif()
+    string(REPLACE "\n" ";" groups "${groups}")
+    list(TRANSFORM groups PREPEND "SHELL:")
+    set_property(GLOBAL PROPERTY "_OFFLOAD_COMPDB_${key}" "${groups}")
+  endif()
+  set(db "${tgt}.offload-${model}")
+  set(n 1)
+  while(TARGET ${db})  # offload_target_sources called again for the target
+    math(EXPR n "${n} + 1")
+    set(db "${tgt}.offload-${model}-${n}")
+  endwhile()
+  add_library(${db} OBJECT EXCLUDE_FROM_ALL ${arg_SOURCES})
+  if(NOT model STREQUAL "openmp")
+    set_source_files_properties(${arg_SOURCES} PROPERTIES LANGUAGE CXX)
+  endif()
+  if(type MATCHES "^(SHARED|MODULE)_LIBRARY$")
+    set_target_properties(${db} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  endif()
+  target_include_directories(${db} PRIVATE "$<TARGET_PROPERTY:${tgt},${prefix}INCLUDE_DIRECTORIES>")
+  target_compile_definitions(${db} PRIVATE "$<TARGET_PROPERTY:${tgt},${prefix}COMPILE_DEFINITIONS>")
+  target_compile_options(${db} PRIVATE ${arg_FLAGS} "$<TARGET_PROPERTY:${tgt},${prefix}COMPILE_OPTIONS>" ${groups})
+endfunction()
+
 # offload_target_sources(<target> [ARCHS ...] [FLAGS ...] [OPENMP_FLAGS|HIP_FLAGS|CUDA_FLAGS ...] [RDC]
 #                        [LINK_LIBRARIES ...] [SOURCES] <sources>...)
 function(offload_target_sources tgt)
@@ -292,6 +342,16 @@ function(offload_target_sources tgt)
     string(JOIN "," list ${archs})
     set(archs_stamp "${base}/${model}.archs")
     _offload_stamp(${tgt} "${archs_stamp}" "${list}")
+    if(CMAKE_EXPORT_COMPILE_COMMANDS AND (lang STREQUAL "CXX" OR CMAKE_C_COMPILER_LOADED))
+      list(APPEND db_${model} "${path}")  # its compile-database library (after the loop)
+      set(db_archs_${model} "${list}")
+      set(db_flags_${model} ${arg_FLAGS} ${arg_${MODEL}_FLAGS})
+      if(rdc)
+        list(APPEND db_flags_${model} -fgpu-rdc)
+      endif()
+      separate_arguments(db_query_${model} UNIX_COMMAND "${CMAKE_${lang}_FLAGS}")
+      list(PREPEND db_query_${model} ${db_flags_${model}})
+    endif()
 
     # The commands run in OFFLOAD_SOURCE_ROOT (relative paths in flags are from there) and name a source under it
     # by its path from there (the HIP/CUDA default CUID hashes that path), as the SCons tool from its top directory.
@@ -376,6 +436,13 @@ function(offload_target_sources tgt)
       set_source_files_properties("${o}.o" PROPERTIES EXTERNAL_OBJECT TRUE GENERATED TRUE)
     endif()
     list(APPEND objects "${o}.o")
+  endforeach()
+
+  foreach(model IN ITEMS openmp hip cuda)
+    if(db_${model})
+      _offload_compile_database(${tgt} ${model} "${db_archs_${model}}" SOURCES ${db_${model}}
+        FLAGS ${db_flags_${model}} QUERY ${db_query_${model}})
+    endif()
   endforeach()
 
   # The objects, and the link flags: OpenMP programs link through offload-link with libomptarget (and run with
