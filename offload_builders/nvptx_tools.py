@@ -127,8 +127,8 @@ def compose_wheel_tools(nvcc: Path, jitlink: Path, into: Path | None = None) -> 
     _replace(root / "include", "link", str(nvcc / "include"))
     _replace(root / "bin" / "nvlink", "script",
              f"#!/bin/sh\n# nvlink through libnvJitLink.so.12 (offload-builders): keeps cubin ELF ABI 7.\n"
-             f"OFFLOAD_NVJITLINK={shlex.quote(str(jitlink))} exec {shlex.quote(python)} -P -m offload_builders.cli.nvlink"
-             f" \"$@\"\n")
+             f"OFFLOAD_NVJITLINK={shlex.quote(str(jitlink))} exec {shlex.quote(python)} -P"
+             " -m offload_builders.cli.nvlink \"$@\"\n")
     return root
 
 

@@ -25,6 +25,10 @@ from pathlib import Path
 
 from offload_builders.errors import ToolchainError
 
+TYPE_CHECKING = False  # typing costs every command line's start-up: for type checkers only
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
 #: Symbolic links followed on the way to one directory at most (Linux's own limit).
 _MAX_LINKS = 40
 
@@ -121,21 +125,43 @@ def _lstat(directory: str, path: str) -> os.stat_result:
         raise ToolchainError(f"cannot use {path}: {directory}: {error.strerror}") from None
 
 
-def trusted_file_text(path: str | os.PathLike[str]) -> str | None:
-    """The text of ``path`` where it is a regular file (not a link) of this user's that no one else may write,
-    else None (missing, a link, another's, writable by others, unreadable, not UTF-8): a caller treats
-    None as "not there" and writes its own (:func:`replace_private_file`)."""
+def open_trusted_file(path: str | os.PathLike[str], max_bytes: int) -> BinaryIO | None:
+    """``path`` open for reading where it is a regular file (not a link) of this user's that no one else may
+    write, of at most ``max_bytes``; else None (missing, a link, a FIFO or device, another's, writable by others,
+    too large, unreadable). Opened without following a link and without blocking, then checked on the open file,
+    so a FIFO, ``/dev/zero`` or a link swapped in meanwhile is refused, never read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
+    f = os.fdopen(fd, "rb")
+    try:
         info = os.fstat(f.fileno())
-        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
-                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-            return None
+    except OSError:
+        f.close()
+        return None
+    if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or info.st_size > max_bytes):
+        f.close()
+        return None
+    return f
+
+
+#: The largest text file :func:`trusted_file_text` reads (keys, scripts, caches' JSON).
+MAX_TEXT_BYTES = 16 << 20
+
+
+def trusted_file_text(path: str | os.PathLike[str], max_bytes: int = MAX_TEXT_BYTES) -> str | None:
+    """The text of ``path`` where :func:`open_trusted_file` takes it, else None (also where it is not UTF-8 or
+    grew past ``max_bytes`` while read): a caller treats None as "not there" and writes its own
+    (:func:`replace_private_file`)."""
+    f = open_trusted_file(path, max_bytes)
+    if f is None:
+        return None
+    with f:
         try:
-            return f.read().decode()
+            data = f.read(max_bytes + 1)
+            return data.decode() if len(data) <= max_bytes else None
         except (OSError, UnicodeDecodeError):
             return None
 
@@ -156,4 +182,5 @@ def replace_private_file(path: str | os.PathLike[str], text: str, mode: int = 0o
         raise
 
 
-__all__ = ["UnsafeDirectoryError", "private_directory", "replace_private_file", "trusted_file_text"]
+__all__ = ["MAX_TEXT_BYTES", "UnsafeDirectoryError", "open_trusted_file", "private_directory", "replace_private_file",
+           "trusted_file_text"]

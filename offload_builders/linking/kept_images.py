@@ -16,7 +16,14 @@ without it. The host CPU's device link is not kept, as it is not cached remotely
 the linker's own search.
 
 Slots are per output path (a program's images replace that program's earlier ones); the least recently used
-beyond :data:`MAX_SLOTS` are removed. ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns this off with the other caches.
+beyond :data:`MAX_SLOTS`, or beyond :data:`MAX_BYTES` of images in all, are removed. ``OFFLOAD_BUILDERS_CACHE_DIR=``
+(empty) turns this off with the other caches.
+
+What is linked in from here is trusted as the link's own output, so the directories are checked as every directory
+the tool trusts (:func:`~offload_builders.private_dirs.private_directory`: this user's, written by no one else, on a
+safe way; made ``0700`` whatever the umask), and a key or image is read only where it is a regular file of this
+user's of bounded size (:func:`~offload_builders.private_dirs.open_trusted_file`): another user's slot, a link to
+``/dev/zero``, a FIFO or a directory swapped for a link are refused, and the link links as without them.
 """
 from __future__ import annotations
 
@@ -26,7 +33,8 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
-from offload_builders.private_dirs import replace_private_file
+from offload_builders.errors import ToolchainError
+from offload_builders.private_dirs import open_trusted_file, private_directory, replace_private_file
 
 if TYPE_CHECKING:
     from offload_builders.remote.actions import NodeJob
@@ -35,6 +43,10 @@ if TYPE_CHECKING:
 DIRECTORY = "kept-images"
 #: Output paths whose images are kept (the most recently linked ones).
 MAX_SLOTS = 32
+#: Bytes of images kept in all slots together; also the largest image kept or read.
+MAX_BYTES = 4 << 30
+#: The largest key file read (a digest, a space, a digest).
+_MAX_KEY_BYTES = 256
 
 
 def job_key(job: NodeJob) -> str:
@@ -63,15 +75,23 @@ class KeptImages:
         recorded ones; True then. Otherwise False, and nothing written at ``destination`` (a copy whose bytes are
         not the recorded ones is removed)."""
         try:
-            with open(os.path.join(self.slot, name + ".key"), encoding="ascii") as stream:
-                kept_key, _, image_sha = stream.read().strip().partition(" ")
+            slot = private_directory(self.slot, create=False)
+            key_file = open_trusted_file(slot / (name + ".key"), _MAX_KEY_BYTES)
+            if key_file is None:
+                return False
+            with key_file:
+                kept_key, _, image_sha = key_file.read(_MAX_KEY_BYTES).decode("ascii").strip().partition(" ")
             if kept_key != key:
                 return False
-            shutil.copyfile(os.path.join(self.slot, name + ".img"), destination)
+            image = open_trusted_file(slot / (name + ".img"), MAX_BYTES)
+            if image is None:
+                return False
+            with image, open(destination, "wb") as out:
+                shutil.copyfileobj(image, out)
             if _file_sha256(destination) == image_sha:
-                os.utime(self.slot)  # recently used
+                os.utime(slot)  # recently used
                 return True
-        except (OSError, ValueError):
+        except (OSError, ValueError, ToolchainError):
             pass
         try:
             os.unlink(destination)
@@ -82,50 +102,73 @@ class KeptImages:
     def keep(self, name: str, key: str, image: str) -> None:
         """Keep ``image`` as ``name`` with ``key``, replacing what was kept as ``name``; a failure keeps nothing
         and does not fail the link. The key goes first and comes back last, so no key names other bytes."""
-        key_path = os.path.join(self.slot, name + ".key")
         try:
-            os.makedirs(self.slot, mode=0o700, exist_ok=True)
+            if os.path.getsize(image) > MAX_BYTES:
+                return
+            slot = private_directory(self.slot)
+            key_path = slot / (name + ".key")
             try:
                 os.unlink(key_path)
             except FileNotFoundError:
                 pass
-            partial = os.path.join(self.slot, f"{name}.img.{os.getpid()}.partial")
+            partial = slot / f"{name}.img.{os.getpid()}.partial"
             try:
-                shutil.copyfile(image, partial)
-                os.replace(partial, os.path.join(self.slot, name + ".img"))
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                with open(image, "rb") as source, os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out)
+                os.replace(partial, slot / (name + ".img"))
             except OSError:
                 with contextlib.suppress(OSError):
                     os.unlink(partial)
                 raise
             replace_private_file(key_path, f"{key} {_file_sha256(image)}\n")
-        except OSError:
+        except (OSError, ToolchainError):
             pass
 
 
 def kept_images(output: str) -> KeptImages | None:
-    """The kept images of ``output`` (by absolute path) in the per-user cache; None where the caches are off.
-    Drops the least recently used slots beyond :data:`MAX_SLOTS`."""
+    """The kept images of ``output`` (by absolute path) in the per-user cache; None where the caches are off or
+    the cache directory is not private to this user. Drops the least recently used slots beyond
+    :data:`MAX_SLOTS` and :data:`MAX_BYTES`."""
     from offload_builders.toolchain import user_cache_dir
 
     cache = user_cache_dir()
     if cache is None:
         return None
-    directory = os.path.join(cache, DIRECTORY)
+    try:
+        directory = private_directory(os.path.join(cache, DIRECTORY))
+    except ToolchainError:
+        return None
     name = hashlib.sha256(os.path.abspath(output).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    _prune(directory, keep=name)
+    _prune(str(directory), keep=name)
     return KeptImages(os.path.join(directory, name))
 
 
-def _prune(directory: str, keep: str) -> None:
-    """Remove the slots beyond :data:`MAX_SLOTS`, least recently used first (never ``keep``)."""
+def _slot_bytes(path: str) -> int:
     try:
-        entries = [(entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(directory)
-                   if entry.name != keep and entry.is_dir(follow_symlinks=False)]
+        return sum(entry.stat(follow_symlinks=False).st_size for entry in os.scandir(path))
+    except OSError:
+        return 0
+
+
+def _prune(directory: str, keep: str) -> None:
+    """Remove the slots beyond :data:`MAX_SLOTS` or :data:`MAX_BYTES`, least recently used first (never
+    ``keep``, which a link is about to fill)."""
+    try:
+        entries = [(entry.stat(follow_symlinks=False).st_mtime_ns, entry.path) for entry in os.scandir(directory)
+                   if entry.name != keep]
     except OSError:
         return
     entries.sort(reverse=True)
-    for _, path in entries[MAX_SLOTS - 1:]:
-        shutil.rmtree(path, ignore_errors=True)
+    total = _slot_bytes(os.path.join(directory, keep))
+    for rank, (_, path) in enumerate(entries):
+        if os.path.islink(path) or not os.path.isdir(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # not a slot this module made
+            continue
+        total += _slot_bytes(path)
+        if rank >= MAX_SLOTS - 1 or total > MAX_BYTES:
+            shutil.rmtree(path, ignore_errors=True)
 
 
-__all__ = ["DIRECTORY", "MAX_SLOTS", "KeptImages", "job_key", "kept_images"]
+__all__ = ["DIRECTORY", "MAX_BYTES", "MAX_SLOTS", "KeptImages", "job_key", "kept_images"]
