@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,14 @@ def test_the_run_script_is_executable_bash(bundle):
     subprocess.run(["bash", "-n", str(run)], check=True)
 
 
+def assert_loaded_from_the_bundle(loaded: str) -> None:
+    """The loader's log (LD_DEBUG=libs) shows libomptarget, libomp and libLLVM loaded from the bundle's ``lib``,
+    which the run script names by a link in its private directory (``.../gpu-check.XXXXXX/lib0``)."""
+    for library in ("libomptarget.so.19.1", "libomp.so.5", "libLLVM.so.19.1"):
+        assert re.search(rf"calling init: /\S*/gpu-check\.\w+/lib0/{re.escape(library)}\b", loaded), library
+    assert "calling init: /usr/lib/llvm-19" not in loaded
+
+
 def test_the_run_script_runs_the_openmp_check_on_the_host_device_with_the_bundles_runtime(bundle, tmp_path):
     """Moved elsewhere (no path of the build machine inside it counts) and with no LLVM on PATH, the bundle's
     run script runs the x86_64 check; libomptarget and libomp come from the bundle (the process's own map)."""
@@ -120,9 +129,31 @@ def test_the_run_script_runs_the_openmp_check_on_the_host_device_with_the_bundle
     assert "device kind: host/x86_64" in output and "PASS  omp_check_host" in output, output
     assert "gpu-check: all passed" in output, output
     loaded = "".join(path.read_text() for path in tmp_path.glob("ld-debug.*"))
-    for library in ("libomptarget.so.19.1", "libomp.so.5", "libLLVM.so.19.1"):
-        assert f"calling init: {moved}/lib/{library}" in loaded, library
-    assert "calling init: /usr/lib/llvm-19" not in loaded
+    assert_loaded_from_the_bundle(loaded)
+
+
+def test_a_bundle_under_a_path_with_colons_and_semicolons_loads_only_its_own_libraries(bundle, tmp_path, llvm19):
+    """LD_LIBRARY_PATH splits at ':' and ';': the run script names its library directory through a link, so a
+    bundle at ``.../a:b;c/moved`` loads its own libomp, not a decoy in ``.../a`` (the first piece's directory)."""
+    moved = tmp_path / "a:b;c" / "moved"
+    shutil.copytree(bundle.root, moved, symlinks=True)
+    decoy_dir = tmp_path / "a"
+    decoy_dir.mkdir()
+    source = tmp_path / "decoy.c"
+    source.write_text('#include <unistd.h>\n__attribute__((constructor)) static void decoy(void) {'
+                      ' write(2, "DECOY\\n", 6); _exit(3); }\n')
+    for name in ("libomp.so.5", "libomptarget.so.19.1"):
+        subprocess.run([str(llvm19("clang")), "-shared", "-fPIC", f"-Wl,-soname,{name}", str(source), "-o",
+                        str(decoy_dir / name)], check=True)
+    env = dict(_bundle_env(), GPU_CHECK_HOST_DEVICE="1", GPU_CHECK_N="100000", PATH="/usr/bin:/bin",
+               LD_DEBUG="libs", LD_DEBUG_OUTPUT=str(tmp_path / "ld-debug"))
+    done = subprocess.run([str(moved / "run")], capture_output=True, text=True, env=env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "DECOY" not in output, output
+    assert "PASS  omp_check_host" in output, output
+    loaded = "".join(path.read_text() for path in tmp_path.glob("ld-debug.*"))
+    assert f"calling init: {decoy_dir}" not in loaded
+    assert_loaded_from_the_bundle(loaded)
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has an NVIDIA driver")
