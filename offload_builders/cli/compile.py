@@ -126,8 +126,9 @@ USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} package SRC --targets <ID,...> -o <pkg> <image per target...> [--depfile <file>] [-- <flags>]
        {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
        {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
-       {PROG} compdb-args SRC --targets <ID,...> [--groups] [-- <flags>]   print what SRC's compile-database
-                      entry adds to the flags (one per line; --groups: each option with its value, shell-quoted)
+       {PROG} compdb-args SRC --targets <ID,...> [--groups] [-- <flags>]   print what the compile-database
+                      entry of a source named SRC (its suffix) adds to the flags (one per line; --groups: each
+                      option with its value, shell-quoted)
 HIP (.hip) and CUDA (.cu) sources:
        {PROG} device  SRC --target <ID> -o <code object|cubin> [--cuid <C>] [--source-root <dir>] [--depfile <file>]
                       [-- <flags>]          (CUDA: the PTX is written beside the cubin, <cubin>.ptx)
@@ -446,9 +447,10 @@ def _commit(partial: str, output: str) -> None:
 
 
 def _commit_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through its partial name, names in it as the file system has their bytes."""
     partial = _partial(path)
-    with open(partial, "w") as f:
-        f.write(text)
+    with open(partial, "wb") as f:
+        f.write(os.fsencode(text))
     _commit(partial, path)
 
 
@@ -667,8 +669,8 @@ def _check_identity(host_bc: str) -> None:
     """Fail, naming the file, where a file the host front end read is now another file (another inode)."""
     record = host_bc + IDENTITY_SUFFIX
     try:
-        with open(record) as f:
-            lines = [line.rstrip("\n") for line in f if line.strip()]
+        with open(record, "rb") as f:
+            lines = [line for line in os.fsdecode(f.read()).split("\n") if line.strip()]
     except OSError:
         raise UsageError(f"'{record}' not found: make '{host_bc}' with `{PROG} host` (it writes this file"
                          " beside it) and declare both as outputs of the host step") from None
@@ -1048,13 +1050,16 @@ def _check(opts: _Options) -> int:
 def _compdb_args(opts: _Options) -> int:
     """What SRC's compile-database entry adds to the flags (:func:`offload_builders.compile_database.added_arguments`:
     the model's mode, the targets, the tool's device-library and header flags, the host view), one argument per line
-    or, with ``--groups``, one option and its value per line, shell-quoted (CMake's ``SHELL:`` options)."""
+    or, with ``--groups``, one option and its value per line, shell-quoted (CMake's ``SHELL:`` options). Only SRC's
+    suffix is read: it need not exist (Meson makes a file named in ``run_command`` a dependency of its set-up)."""
     from offload_builders.compile_database import added_arguments, shell_groups
 
     _require(opts, "targets")
     _refuse(opts, "output", "depfile", "target", "host_bc", "package", "fatbin", "cuid",
             why="is for the compile phases; compdb-args prints arguments")
-    source = _source(opts)
+    if not opts.positional:
+        raise UsageError("compdb-args: no source file given")
+    source = opts.positional[0]
     model = source_model(source)
     targets = _target_list(opts)
     try:
