@@ -220,9 +220,11 @@ def target_selection_flags(flags: Iterable[str]) -> list[str]:
 
 
 def run_driver(argv: Sequence[str], cwd: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run a driver probe (``argv`` holds ``-###``); a driver that cannot start is a ToolchainError."""
+    """Run a driver probe (``argv`` holds ``-###``); a driver that cannot start is a ToolchainError. Its output is
+    decoded as the OS gives names (``surrogateescape``): a path that is not UTF-8 comes back as the same bytes."""
     try:
-        return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, check=False, timeout=120)
+        return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, errors="surrogateescape",
+                              check=False, timeout=120)
     except OSError as error:
         raise ToolchainError(f"cannot run {argv[0]}: {error.strerror}") from None
 

@@ -172,7 +172,7 @@ def _written_abi(key: str, ptxas: str, nvlink: str) -> int:
         if nvlink:
             commands.append([nvlink, "-arch", _PROBE_ARCH, "-o", linked, relocatable])
         for argv in commands:
-            done = subprocess.run(argv, capture_output=True, text=True)
+            done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape")
             if done.returncode != 0:
                 raise ToolchainError(f"{' '.join(argv)} failed while probing the NVPTX tools: "
                                      f"{(done.stderr or done.stdout).strip()}")

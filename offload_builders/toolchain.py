@@ -509,7 +509,7 @@ def _probe_driver(clang: Path) -> tuple[str, str, str]:
     """``clang -### -c -x c /dev/null``: (version line, InstalledDir, resource directory)."""
     argv = [str(clang), *_TOOLCHAIN_PROBE]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape", check=False, timeout=60)
     except OSError as error:
         raise ToolchainError(f"cannot run {clang}: {error.strerror}") from None
     if done.returncode != 0:

@@ -283,7 +283,8 @@ def _run(argv: Sequence[str], verbose: bool, target: str | None = None) -> None:
     if verbose:
         _print(argv)
     with private_tmpdir() as environ:
-        done = subprocess.run(list(argv), stdout=sys.stdout, stderr=subprocess.PIPE, text=True, env=environ)
+        done = subprocess.run(list(argv), stdout=sys.stdout, stderr=subprocess.PIPE, text=True,
+                              errors="surrogateescape", env=environ)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         from offload_builders.device_libraries import missing_library_hint

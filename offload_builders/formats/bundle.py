@@ -471,7 +471,7 @@ def _run_objcopy(args: list[str], *, print_only: bool = False) -> bool:
     import subprocess
 
     result = subprocess.run([find_llvm_objcopy(), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, errors="surrogateescape")
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or ["no message"])[-1]
         raise OffloadError(f"'llvm-objcopy' tool failed: {detail}")

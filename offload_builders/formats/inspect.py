@@ -432,7 +432,8 @@ class _Walker:
                 with open(source, "wb") as f:
                     copy_range(region.fd, region.start, f.fileno(), region.size)
                 result = subprocess.run([find_llvm_objcopy(), "--regex", f"--remove-section={_OBJECT_BUNDLE_PREFIX}.*",
-                                         "--", source, stripped], capture_output=True, text=True)
+                                         "--", source, stripped], capture_output=True, text=True,
+                                        errors="surrogateescape")
                 if result.returncode != 0:
                     detail = (result.stderr.strip().splitlines() or ["no message"])[-1]
                     raise OffloadError(f"{ctx.label}: 'llvm-objcopy' failed on the host object: {detail}")

@@ -258,7 +258,7 @@ def referenced_symbols_and_strip(image: str, objcopy: str) -> frozenset[str]:
         raise OffloadError(f"{image}: cannot read its relocations ({error})") from None
     if emitted:
         done = subprocess.run([objcopy, *(f"--remove-section={name}" for name in emitted), image], check=False,
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, errors="surrogateescape")
         if done.returncode:
             raise OffloadError(f"{objcopy} failed on {image}: {done.stderr.strip()}")
     return frozenset(names)

@@ -234,7 +234,8 @@ def link_runtime(lto_job: Callable[[list[str], str], list[str]], toolchain: Tool
     commands = [lto, ptxas_command(lto, toolchain, assembly, cubin)]
     for argv in commands:
         with private_tmpdir(inside=scratch) as environ:  # a killed link's temporaries go with the scratch
-            done = subprocess.run(argv, capture_output=True, text=True, check=False, env=environ)
+            done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape", check=False,
+                                  env=environ)
         if done.returncode != 0:
             raise linking.LinkError(f"the {key[1]} device runtime's link failed: {' '.join(argv)}\n"
                                     f"{(done.stdout + done.stderr).strip()}")

@@ -351,7 +351,7 @@ def program_fatbinary(toolchain: Toolchain, images: Sequence[tuple[str, str]], s
     fatbin = scratch + ".fatbin"
     try:
         argv = registration.cuda_fatbinary_command(str(toolchain.cuda_tool("fatbinary")), sorted(images), fatbin)
-        done = subprocess.run(argv, capture_output=True, text=True)
+        done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape")
         if done.returncode != 0:
             raise OffloadError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")
         with open(fatbin, "rb") as f:
