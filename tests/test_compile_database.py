@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -361,4 +360,3 @@ def test_the_docs_page_names_what_it_documents():
     for words in ("env.CompilationDatabase()", "CMAKE_EXPORT_COMPILE_COMMANDS", "--offload-host-only",
                   "--compile-commands-dir", "compdb-args"):
         assert words in page, words
-    assert textwrap.dedent  # (kept for symmetry with the other test modules' imports)
