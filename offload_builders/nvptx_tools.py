@@ -116,8 +116,13 @@ def compose_wheel_tools(nvcc: Path, jitlink: Path, into: Path | None = None) -> 
     ``libnvJitLink.so.12``). Made in ``into``, else the per-user cache, else this Python's prefix; checked to
     be private to the user every time (:func:`private_directory`)."""
     python = os.path.abspath(sys.executable)
+    nvlink = (f"#!/bin/sh\n# nvlink through libnvJitLink.so.12 (offload-builders): keeps cubin ELF ABI 7.\n"
+              f"OFFLOAD_NVJITLINK={shlex.quote(str(jitlink))} exec {shlex.quote(python)} -P"
+              " -m offload_builders.cli.nvlink \"$@\"\n")
     if into is None:
-        key = hashlib.sha256(json.dumps([str(nvcc), str(jitlink), python]).encode()).hexdigest()[:12]
+        # The script's text is part of the key: a version of the package that writes another script uses another
+        # directory, so two versions in one cache never rewrite each other's nvlink (whose stamp the links take).
+        key = hashlib.sha256(json.dumps([str(nvcc), str(jitlink), python, nvlink]).encode()).hexdigest()[:12]
         base = user_cache_dir() or os.path.join(sys.prefix, "share", "offload-builders")
         into = Path(base) / f"nvptx-tools-{key}"
     root = private_directory(into)
@@ -125,10 +130,7 @@ def compose_wheel_tools(nvcc: Path, jitlink: Path, into: Path | None = None) -> 
     _replace(root / "bin" / "ptxas", "link", str(nvcc / "bin" / "ptxas"))
     _replace(root / "nvvm", "link", str(nvcc / "nvvm"))
     _replace(root / "include", "link", str(nvcc / "include"))
-    _replace(root / "bin" / "nvlink", "script",
-             f"#!/bin/sh\n# nvlink through libnvJitLink.so.12 (offload-builders): keeps cubin ELF ABI 7.\n"
-             f"OFFLOAD_NVJITLINK={shlex.quote(str(jitlink))} exec {shlex.quote(python)} -P"
-             " -m offload_builders.cli.nvlink \"$@\"\n")
+    _replace(root / "bin" / "nvlink", "script", nvlink)
     return root
 
 

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,7 +37,7 @@ from offload_builders.targets import offload_arch_words, parse_offload_archs
 from offload_builders.toolchain import CACHE_FORMAT, ProbeCache
 
 LLVM_BIN = Path("/usr/lib/llvm-19/bin")
-SHIM_NAME = "link-shim-" + hashlib.sha256(os.path.abspath(sys.executable).encode()).hexdigest()[:12]
+SHIM_NAME = link_shim.shim_name()
 
 
 def stored(key: str) -> str:

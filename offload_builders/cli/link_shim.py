@@ -44,12 +44,22 @@ def _shim_root() -> Path:
     return private_directory(os.path.abspath(default_cache_dir()))
 
 
+def _wrapper_text() -> str:
+    """The ``clang-linker-wrapper`` script: this Python's ``offload-link``, never code of the working directory."""
+    return f"#!/bin/sh\nexec {shlex.quote(os.path.abspath(sys.executable))} -P -m offload_builders.cli.link \"$@\"\n"
+
+
+def shim_name() -> str:
+    """The shim directory's name: keyed by the script's text (this Python's path in it), so versions of the package
+    that write other scripts never rewrite each other's."""
+    return "link-shim-" + hashlib.sha256(_wrapper_text().encode()).hexdigest()[:12]
+
+
 def shim_dir() -> str:
     """Make (if needed), check and return the directory whose ``clang-linker-wrapper`` runs ``offload-link``."""
-    python = os.path.abspath(sys.executable)
-    directory = private_directory(_shim_root() / ("link-shim-" + hashlib.sha256(python.encode()).hexdigest()[:12]))
+    text = _wrapper_text()
+    directory = private_directory(_shim_root() / shim_name())
     script = directory / WRAPPER_NAME
-    text = f"#!/bin/sh\nexec {shlex.quote(python)} -P -m offload_builders.cli.link \"$@\"\n"
     if trusted_file_text(script) != text or not os.access(script, os.X_OK):
         replace_private_file(script, text, 0o700)
     return str(directory)
