@@ -45,6 +45,7 @@ from offload_builders.remote.client import (
     verify_blob,
 )
 from offload_builders.remote.digests import EMPTY_DIGEST, Digest, digest_of_bytes
+from offload_builders.remote.text import redact_url
 from remote_servers import NO_AUTHORIZATION, BuildGridServer, ExecutionServer, bgd_path, buildgrid_config, free_port
 
 MiB = 1 << 20
@@ -103,7 +104,9 @@ def test_bad_urls_are_one_line_naming_the_variable(url: str) -> None:
     with pytest.raises(RemoteError) as error:
         RemoteSettings.from_url(url, {})
     message = str(error.value)
-    assert message.startswith(f"OFFLOAD_REMOTE={url!r}: ") and "\n" not in message
+    # The URL as given, or redacted where it may hold a credential (user information, a query, a fragment).
+    assert message.startswith(f"OFFLOAD_REMOTE={redact_url(url)!r}: ") and "\n" not in message
+    assert "secret" not in message
     assert "grpc://HOST:PORT[/INSTANCE]" in message or "instance name" in message
 
 

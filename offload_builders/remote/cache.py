@@ -5,7 +5,9 @@ digest before it is written; only when all are there does the caller move them i
 interrupted download never leaves an output a later build takes as up to date. A miss, a server that cannot
 be reached or answers out of protocol, or a blob that does not match its digest is never an error: the node
 is built locally. An unusable server is warned about once and not asked again in this process (a down or
-slow server would otherwise cost every node its timeout); a bad blob is warned about each time.
+slow server would otherwise cost every node its timeout); a bad blob is warned about each time. Every warning
+is made safe to print (:func:`~offload_builders.remote.text.safe_text`: the server's words are in it), and the
+URL is shown redacted (:func:`~offload_builders.remote.text.redact_url`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 from offload_builders.errors import RemoteError, RemoteIntegrityError
 from offload_builders.remote.actions import ActionMessages
 from offload_builders.remote.digests import Digest, digest_of_file
+from offload_builders.remote.text import MESSAGE_LIMIT, redact_url, safe_names, safe_text
 
 if TYPE_CHECKING:  # imported when a remote is configured: it needs the extra 'remote' (grpcio)
     from offload_builders.remote.client import RemoteClient
@@ -29,18 +32,24 @@ class RemoteCache:
     """One server's cache, shared by a build's nodes (thread-safe: SCons runs nodes in threads under ``-j``)."""
 
     def __init__(self, url: str, environ: Mapping[str, str], warn: Callable[[str], None]) -> None:
-        self.url = url
+        #: The server's URL as messages show it (redacted: it may hold a credential).
+        self.url = redact_url(url)
+        self._url = url
         self._environ = dict(environ)
         #: ``OFFLOAD_REMOTE_UPLOAD=0``: read the cache, never write it (a developer's machine against a cache
         #: that only CI fills: whoever can write to a shared cache decides what every build that reads it gets).
         self.uploads = environ.get("OFFLOAD_REMOTE_UPLOAD", "1").strip().lower() not in ("0", "false", "no", "off")
-        self._warn = warn
+        self._warn_to = warn
         self._client: RemoteClient | None = None
         self._lock = threading.Lock()
         #: Why the server is no longer asked (None while it is).
         self.disabled: str | None = None
         #: hits, misses, stored, integrity (bad blobs), errors.
         self.counts: Counter[str] = Counter()
+
+    def _warn(self, message: str) -> None:
+        """One warning, made safe to print whatever server text it holds."""
+        self._warn_to(safe_text(message, MESSAGE_LIMIT))
 
     def _connection(self) -> RemoteClient | None:
         with self._lock:
@@ -50,7 +59,7 @@ class RemoteCache:
                 try:
                     from offload_builders.remote.client import RemoteClient, RemoteSettings
 
-                    self._client = RemoteClient(RemoteSettings.from_url(self.url, self._environ))
+                    self._client = RemoteClient(RemoteSettings.from_url(self._url, self._environ))
                 except RemoteError as error:
                     self._give_up(error)
                     return None
@@ -111,7 +120,7 @@ class RemoteCache:
             missing = client.find_missing([*messages.blobs, *inputs])
             client.upload_files({digest: Path(path) for digest, path in inputs.items() if digest in missing})
             client.upload_blobs({digest: data for digest, data in messages.blobs.items() if digest in missing})
-            result = client.execute(messages.action_digest).result
+            result = client.execute(messages.action_digest, timeout_s=client.settings.execute_timeout_s).result
             if result.exit_code != 0:
                 self.counts["failed"] += 1
                 self._warn(f"remote execution of {', '.join(sorted(destinations))} exited with status "
@@ -173,13 +182,20 @@ def _download_outputs(client: RemoteClient, messages: ActionMessages, result: re
     files = {entry.path: entry for entry in result.output_files}
     if (set(files) != set(destinations) or len(files) != len(result.output_files) or result.output_directories
             or result.output_file_symlinks or result.output_symlinks):
-        raise RemoteIntegrityError(f"the result of action {messages.action_digest} names outputs {sorted(files)}; "
-                                   f"the node declares {sorted(destinations)}")
+        named = [*files, *(entry.path for entry in result.output_directories),
+                 *(entry.path for entry in result.output_file_symlinks),
+                 *(entry.path for entry in result.output_symlinks)]
+        raise RemoteIntegrityError(f"the result of action {messages.action_digest} names outputs "
+                                   f"{safe_names(sorted(set(named)))}; the node declares {sorted(destinations)}")
+    # Every digest checked (well-formed, not larger than the client reads) before anything is written.
+    digests = {path: from_proto(entry.digest) for path, entry in files.items()}
+    for path, digest in digests.items():
+        client.check_size(digest, Path(destinations[path]))
     written: list[str] = []
     try:
         for path, entry in files.items():
             written.append(destinations[path])
-            client.download_to(from_proto(entry.digest), Path(destinations[path]))
+            client.download_to(digests[path], Path(destinations[path]))
             if entry.is_executable:
                 os.chmod(destinations[path], os.stat(destinations[path]).st_mode | 0o111)
     except BaseException:
@@ -192,17 +208,19 @@ def _download_outputs(client: RemoteClient, messages: ActionMessages, result: re
 
 
 def _last_error_line(client: RemoteClient, result: remote_execution_pb2.ActionResult) -> str:
-    """``: <the last line the command wrote to stderr>``, inline or by digest ('' where there is none)."""
-    from offload_builders.remote.client import from_proto
+    """``: <the last line the command wrote to stderr>``, inline or by digest ('' where there is none): read from
+    its end, at most :data:`~offload_builders.remote.client.TAIL_BYTES` of it, and made safe to print (it is the
+    server's)."""
+    from offload_builders.remote.client import TAIL_BYTES, from_proto
 
-    data = result.stderr_raw
+    data = result.stderr_raw[-TAIL_BYTES:]
     if not data and result.stderr_digest.hash:
         try:
-            data = client.read_blob(from_proto(result.stderr_digest))
+            data = client.read_tail(from_proto(result.stderr_digest), TAIL_BYTES)
         except RemoteError:
             return ""
     lines = data.decode(errors="replace").strip().splitlines()
-    return f": {lines[-1]}" if lines else ""
+    return f": {safe_text(lines[-1])}" if lines else ""
 
 
 _CACHES: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteCache] = {}

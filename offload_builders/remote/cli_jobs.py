@@ -134,8 +134,10 @@ class RemoteSteps:
         self._failed = False
 
     def warn(self, message: str) -> None:
-        """One ``<prog>: warning: ...`` line on stderr."""
-        sys.stderr.write(f"{self.prog}: warning: {' '.join(message.splitlines())}\n")
+        """One ``<prog>: warning: ...`` line on stderr, made safe to print (it may quote the server)."""
+        from offload_builders.remote.text import MESSAGE_LIMIT, safe_text
+
+        sys.stderr.write(f"{self.prog}: warning: {safe_text(message, MESSAGE_LIMIT)}\n")
         sys.stderr.flush()
 
     def failed(self, error: Exception) -> None:
@@ -198,10 +200,15 @@ class CachedStep:
 
     def fetch(self, destination: Callable[[str], str]) -> bool:
         """On a hit, write each output to ``destination(output)`` (checked against its digest) and answer True;
-        anything else leaves none of them behind and answers False."""
+        anything else leaves none of them behind and answers False. First, what a download to a destination
+        left when its process was killed is swept."""
+        destinations = {relative: destination(path) for relative, path in self.outputs.items()}
+        from offload_builders.remote.downloads import sweep_downloads
+
+        for path in destinations.values():
+            sweep_downloads(path)
         if not self.remote.usable:
             return False
-        destinations = {relative: destination(path) for relative, path in self.outputs.items()}
         try:
             return self.remote.cache.fetch(self.messages, destinations)
         except Exception as error:  # noqa: BLE001 - the remote never fails a step

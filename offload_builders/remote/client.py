@@ -4,7 +4,14 @@ It does what a build needs and no more, and it trusts the server as little as it
 against the digest asked for before anyone sees it (:class:`~offload_builders.errors.RemoteIntegrityError`), a
 file is written under a temporary name and moved into place only once complete and checked, and every gRPC
 failure comes out as one line of :class:`~offload_builders.errors.RemoteError` that names the server, the status
-and the call, so that a build can warn about it and go on locally. Transient failures (``UNAVAILABLE``,
+and the call, so that a build can warn about it and go on locally. Nothing the server says is trusted to be
+small, quick or printable: a ByteStream read ends when no bytes came for the call's timeout, or when it falls
+that far behind :data:`MIN_TRANSFER_RATE` (a deadline earned by the bytes received, not set by the size the
+server declares); a blob over :data:`DEFAULT_MAX_BLOB_BYTES` (``OFFLOAD_REMOTE_MAX_BLOB``) or over the space
+left beside its destination is refused before a byte is read; a failed command's output is read from its end,
+at most :data:`TAIL_BYTES`; every text of the server's goes into a message through
+:func:`~offload_builders.remote.text.safe_text` and the URL through
+:func:`~offload_builders.remote.text.redact_url`. Transient failures (``UNAVAILABLE``,
 ``RESOURCE_EXHAUSTED``, ``DEADLINE_EXCEEDED``) are retried a few times with a short backoff; a server that is down
 fails fast rather than costing each call its timeout.
 
@@ -16,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import math
 import os
 import re
@@ -33,6 +39,7 @@ from urllib.parse import urlsplit
 from offload_builders import __version__
 from offload_builders.errors import RemoteError, RemoteIntegrityError
 from offload_builders.remote.digests import CHUNK_SIZE, EMPTY_DIGEST, Digest, digest_of_bytes
+from offload_builders.remote.downloads import download_temporary, sweep_downloads
 from offload_builders.remote.protos import (
     bytestream_pb2,
     bytestream_pb2_grpc,
@@ -41,6 +48,7 @@ from offload_builders.remote.protos import (
     remote_execution_pb2,
     remote_execution_pb2_grpc,
 )
+from offload_builders.remote.text import redact_url, safe_text
 
 try:
     import grpc
@@ -50,8 +58,17 @@ except ImportError as _error:  # pragma: no cover - grpcio comes with the remote
 
 T = TypeVar("T")
 
-#: Seconds one call may take (a ByteStream transfer gets more, by size: see :data:`MIN_TRANSFER_RATE`).
+#: Seconds one call may take (a ByteStream transfer gets more, by size: see :data:`MIN_TRANSFER_RATE`); also how
+#: long a ByteStream read may go without a byte.
 DEFAULT_TIMEOUT_S = 10.0
+#: The largest blob this client reads (``OFFLOAD_REMOTE_MAX_BLOB``): what a download may write to disk, or a read
+#: hold in memory, before its digest can be checked. A digest the server names with a larger size is refused.
+DEFAULT_MAX_BLOB_BYTES = 1 << 30
+#: Seconds a remote execution may take, waiting included (``OFFLOAD_REMOTE_EXECUTE_TIMEOUT``): a server that keeps
+#: an operation going for ever must not hold the build.
+DEFAULT_EXECUTE_TIMEOUT_S = 3600.0
+#: The most bytes of a failed command's stderr read for its last line (its end: ByteStream's read_offset).
+TAIL_BYTES = 64 * 1024
 #: Retries of a call that failed with a transient status.
 DEFAULT_RETRIES = 2
 #: The most blob bytes in one batch: servers accept gRPC messages of 4 MiB by default, and a batch message also
@@ -65,7 +82,8 @@ FIND_MISSING_BATCH = 8192
 #: ByteStream pieces: well under the message limit, large enough that framing costs nothing.
 STREAM_CHUNK = CHUNK_SIZE
 #: Bytes per second a ByteStream transfer is allowed at least, on top of the call's timeout: a large blob gets
-#: time in proportion, a stalled transfer still ends.
+#: time in proportion, a stalled transfer still ends. A read earns its time by the bytes it received: it ends
+#: when it is more than the timeout behind this rate, whatever size the server declared.
 MIN_TRANSFER_RATE = 1 << 20
 #: gRPC messages this client accepts (a batch read's answer can exceed gRPC's 4 MiB default a little).
 MAX_MESSAGE_BYTES = 64 << 20
@@ -107,8 +125,49 @@ class BlobNotFoundError(RemoteIntegrityError):
         self.digests = tuple(digests)
 
 
-#: Numbers the downloads' temporary files within the process.
-_DOWNLOADS = itertools.count()
+class _Stalled(Exception):
+    """A ByteStream read the watchdog ended (:class:`_Watchdog`): its message says why."""
+
+
+class _Watchdog:
+    """Ends a ByteStream read (cancels its call) that received no bytes for ``stall_s`` seconds, or fell more
+    than ``stall_s`` behind :data:`MIN_TRANSFER_RATE`: its deadline is earned by the bytes received, never set by
+    the size the server declared (a server that sends a few bytes, then nothing, or a byte now and then, holds a
+    read ``stall_s`` seconds, not for the time its declared size would take)."""
+
+    def __init__(self, call: object, stall_s: float) -> None:
+        self._call = call
+        self._stall_s = stall_s
+        self._start = self._last = time.monotonic()
+        self._received = 0
+        #: Why the read was ended (None while it was not).
+        self.reason: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="offload-remote-read-watchdog", daemon=True)
+        self._thread.start()
+
+    def received(self, size: int) -> None:
+        self._received += size
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            stalled_at = self._last + self._stall_s
+            behind_at = self._start + self._stall_s + self._received / MIN_TRANSFER_RATE
+            wait = min(stalled_at, behind_at) - time.monotonic()
+            if wait <= 0:
+                self.reason = (f"no bytes came for {self._stall_s:g} s" if stalled_at <= behind_at else
+                               f"{self._received} bytes came in {time.monotonic() - self._start:.1f} s, slower than "
+                               f"{MIN_TRANSFER_RATE >> 10} KiB/s")
+                cancel = getattr(self._call, "cancel", None)
+                if callable(cancel):
+                    cancel()
+                return
+            if self._done.wait(wait):
+                return
+
+    def stop(self) -> None:
+        self._done.set()
 
 
 def to_proto(digest: Digest) -> remote_execution_pb2.Digest:
@@ -119,7 +178,8 @@ def from_proto(message: remote_execution_pb2.Digest) -> Digest:
     """A digest the server sent; a malformed one (not SHA-256 hex, negative size) is the server's answer being
     unusable, hence :class:`RemoteIntegrityError` (it must never reach a resource name or a path)."""
     if not _HEX_HASH.match(message.hash) or message.size_bytes < 0:
-        raise RemoteIntegrityError(f"the server named a malformed digest {message.hash[:80]!r}/{message.size_bytes}")
+        raise RemoteIntegrityError(f"the server named a malformed digest {safe_text(message.hash, 80)!r}/"
+                                   f"{message.size_bytes}")
     return Digest(message.hash, message.size_bytes)
 
 
@@ -130,11 +190,6 @@ def verify_blob(digest: Digest, data: bytes, source: str = "the server") -> byte
         raise RemoteIntegrityError(f"blob {digest} from {source} does not match its digest: got {len(data)} bytes "
                                    f"with SHA-256 {hashlib.sha256(data).hexdigest()}")
     return data
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _status_name(code: int) -> str:
@@ -150,6 +205,18 @@ def _check_instance(instance: str, source: str) -> str:
         raise RemoteError(f"{source}: instance name {instance!r} has an empty segment or one REAPI reserves "
                           f"({', '.join(sorted(RESERVED_INSTANCE_SEGMENTS))})")
     return instance
+
+
+_SIZE = re.compile(r"(\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+
+
+def parse_size(text: str, source: str) -> int:
+    """Bytes from ``text``: a count, or one with a binary unit (``512M``, ``2GiB``, ``64k``)."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise RemoteError(f"{source}={text!r}: expected a size in bytes, e.g. 1073741824, 512M or 2G")
+    unit = (match[2] or "").lower()
+    return int(match[1]) << (10 * ("kmgt".index(unit) + 1) if unit else 0)
 
 
 def parse_headers(text: str, source: str) -> tuple[tuple[str, str], ...]:
@@ -193,10 +260,17 @@ class RemoteSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    #: The largest blob read (see :data:`DEFAULT_MAX_BLOB_BYTES`).
+    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES
+    #: The longest a remote execution may take, waiting included.
+    execute_timeout_s: float = DEFAULT_EXECUTE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)) or self.retries < 0:
             raise ValueError(f"timeout_s must be positive and retries not negative: {self.timeout_s}, {self.retries}")
+        if self.max_blob_bytes < 0 or not (self.execute_timeout_s > 0 and math.isfinite(self.execute_timeout_s)):
+            raise ValueError(f"max_blob_bytes must not be negative and execute_timeout_s positive: "
+                             f"{self.max_blob_bytes}, {self.execute_timeout_s}")
         if self.max_batch_bytes <= BLOB_OVERHEAD:
             raise ValueError(f"max_batch_bytes must exceed {BLOB_OVERHEAD}: {self.max_batch_bytes}")
         if (self.client_certificate is None) != (self.client_key is None):
@@ -212,10 +286,14 @@ class RemoteSettings:
         """Settings from ``$OFFLOAD_REMOTE`` (``url``) and the ``OFFLOAD_REMOTE_*`` variables of ``environ``:
         ``_INSTANCE`` (overrides the URL's path), ``_CA``, ``_CERT``, ``_KEY`` (PEM files; ``grpcs://`` only),
         ``_HEADERS`` (``name=value`` entries, newline- or comma-separated), ``_HEADER_FILE`` (a file of such
-        lines, which keeps a token out of the environment), ``_TIMEOUT`` (seconds) and ``_RETRIES``. An empty
-        variable counts as unset. A bad value is one :class:`RemoteError` line naming the variable."""
+        lines, which keeps a token out of the environment), ``_TIMEOUT`` (seconds), ``_RETRIES``, ``_MAX_BLOB``
+        (bytes, or with a unit: ``2G``) and ``_EXECUTE_TIMEOUT`` (seconds). An empty variable counts as unset. A
+        bad value is one :class:`RemoteError` line naming the variable; the URL is shown only redacted
+        (:func:`~offload_builders.remote.text.redact_url`: it may hold a password or a token)."""
         stripped = url.strip()
-        bad_url = RemoteError(f"OFFLOAD_REMOTE={url!r}: {_URL_FORM}")
+        shown = f"OFFLOAD_REMOTE={redact_url(url)!r}"
+        bad_url = RemoteError(f"{shown}: {_URL_FORM} (no user, password or query: give credentials by "
+                              "OFFLOAD_REMOTE_HEADERS or OFFLOAD_REMOTE_HEADER_FILE)")
         try:
             parts = urlsplit(stripped)
             port = parts.port
@@ -224,7 +302,7 @@ class RemoteSettings:
         if (parts.scheme not in ("grpc", "grpcs") or not parts.hostname or port is None or port == 0
                 or "@" in parts.netloc or parts.query or parts.fragment or "?" in stripped or "#" in stripped):
             raise bad_url
-        instance = _check_instance(parts.path.strip("/"), f"OFFLOAD_REMOTE={url!r}")
+        instance = _check_instance(parts.path.strip("/"), shown)
         secure = parts.scheme == "grpcs"
 
         def variable(name: str) -> str | None:
@@ -236,7 +314,7 @@ class RemoteSettings:
         tls = {name: variable(name) for name in ("OFFLOAD_REMOTE_CA", "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY")}
         given = [name for name, value in tls.items() if value is not None]
         if given and not secure:
-            raise RemoteError(f"{', '.join(given)} set, but OFFLOAD_REMOTE={url!r} is not TLS: use grpcs://")
+            raise RemoteError(f"{', '.join(given)} set, but {shown} is not TLS: use grpcs://")
         if (tls["OFFLOAD_REMOTE_CERT"] is None) != (tls["OFFLOAD_REMOTE_KEY"] is None):
             raise RemoteError("OFFLOAD_REMOTE_CERT and OFFLOAD_REMOTE_KEY go together (a client certificate and "
                               f"its key, PEM files); only {given[-1]} is set")
@@ -263,9 +341,22 @@ class RemoteSettings:
             if not text.isdigit():
                 raise RemoteError(f"OFFLOAD_REMOTE_RETRIES={text!r}: expected a count, 0 or more")
             retries = int(text)
+        max_blob_bytes = DEFAULT_MAX_BLOB_BYTES
+        if (text := variable("OFFLOAD_REMOTE_MAX_BLOB")) is not None:
+            max_blob_bytes = parse_size(text, "OFFLOAD_REMOTE_MAX_BLOB")
+        execute_timeout_s = DEFAULT_EXECUTE_TIMEOUT_S
+        if (text := variable("OFFLOAD_REMOTE_EXECUTE_TIMEOUT")) is not None:
+            try:
+                execute_timeout_s = float(text)
+            except ValueError:
+                execute_timeout_s = math.nan
+            if not (execute_timeout_s > 0 and math.isfinite(execute_timeout_s)):
+                raise RemoteError(f"OFFLOAD_REMOTE_EXECUTE_TIMEOUT={text!r}: expected seconds a remote execution "
+                                  "may take, a positive number")
         return cls(target=parts.netloc, secure=secure, instance=instance,
                    root_certificates=tls["OFFLOAD_REMOTE_CA"], client_certificate=tls["OFFLOAD_REMOTE_CERT"],
-                   client_key=tls["OFFLOAD_REMOTE_KEY"], headers=headers, timeout_s=timeout_s, retries=retries)
+                   client_key=tls["OFFLOAD_REMOTE_KEY"], headers=headers, timeout_s=timeout_s, retries=retries,
+                   max_blob_bytes=max_blob_bytes, execute_timeout_s=execute_timeout_s)
 
 
 def _batches(digests: Sequence[Digest], limit: int) -> Iterator[list[Digest]]:
@@ -386,7 +477,8 @@ class RemoteClient:
         name = str(getattr(code, "name", code or "UNKNOWN"))
         details_of = getattr(error, "details", None)
         details = (details_of() if callable(details_of) else None) or str(error)
-        return RemoteCallError(f"remote {service} {self.url}: {name}: {_one_line(details)} ({method})", name, method)
+        return RemoteCallError(f"remote {service} {self.url}: {safe_text(name, 40)}: {safe_text(details)} ({method})",
+                               name, method)
 
     def _call(self, method: str, attempt: Callable[[], T], service: str = "cache") -> T:
         """``attempt()``, again after a transient failure (up to ``retries`` times); a gRPC error becomes
@@ -397,6 +489,9 @@ class RemoteClient:
                 return attempt()
             except grpc.RpcError as error:
                 failure = self._failure(method, error, service)
+            except _Stalled as stall:
+                failure = RemoteCallError(f"remote {service} {self.url}: DEADLINE_EXCEEDED: {stall} ({method})",
+                                          "DEADLINE_EXCEEDED", method)
             if failure.code not in RETRIED_CODES or tries >= self.settings.retries:
                 raise failure
             time.sleep(RETRY_BACKOFF_S * 2 ** tries)
@@ -407,7 +502,27 @@ class RemoteClient:
                                                        metadata=self._metadata))
 
     def _transfer_timeout(self, size: int) -> float:
+        """A ByteStream call's gRPC deadline: the timeout and the time ``size`` takes at :data:`MIN_TRANSFER_RATE`
+        (a read's size is bounded by ``max_blob_bytes`` first, and its watchdog ends it sooner where bytes stop)."""
         return self.settings.timeout_s + size / MIN_TRANSFER_RATE
+
+    def check_size(self, digest: Digest, destination: Path | None = None) -> None:
+        """:class:`RemoteIntegrityError` where blob ``digest`` is larger than this client reads
+        (``max_blob_bytes``), or than the space left on ``destination``'s file system: refused before a byte is
+        read, whatever the server would send."""
+        if digest.size > self.settings.max_blob_bytes:
+            raise RemoteIntegrityError(f"blob {digest} named by remote cache {self.url} is larger than the "
+                                       f"{self.settings.max_blob_bytes} bytes read at most (OFFLOAD_REMOTE_MAX_BLOB); "
+                                       "not read")
+        if destination is not None and digest.size > 0:
+            try:
+                status = os.statvfs(destination.parent)
+            except OSError:
+                return
+            free = status.f_bavail * status.f_frsize
+            if digest.size > free:
+                raise RemoteIntegrityError(f"blob {digest} named by remote cache {self.url} is larger than the "
+                                           f"{free} bytes free beside {destination}; not read")
 
     # --- capabilities -----------------------------------------------------------------------------------------
 
@@ -503,7 +618,7 @@ class RemoteClient:
                 raise RemoteError(f"remote cache {self.url}: no answer for blob {digest} (BatchUpdateBlobs)")
             if status.code != code_pb2.OK:
                 raise RemoteError(f"remote cache {self.url}: blob {digest} not stored: {_status_name(status.code)}: "
-                                  f"{_one_line(status.message)} (BatchUpdateBlobs)")
+                                  f"{safe_text(status.message)} (BatchUpdateBlobs)")
 
     def _write(self, digest: Digest, pieces: _FilePieces | _BytesPieces) -> None:
         """One blob by ByteStream Write, in pieces; the last one finishes the write (unless the source turned out
@@ -550,6 +665,8 @@ class RemoteClient:
         otherwise): in batches, or by ByteStream for large ones. Blobs the server lacks: :class:`BlobNotFoundError`
         (naming them all). The empty blob is not asked for."""
         wanted = list(dict.fromkeys(digests))
+        for digest in wanted:
+            self.check_size(digest)
         blobs: dict[Digest, bytes] = {digest: b"" for digest in wanted if digest == EMPTY_DIGEST}
         others = [digest for digest in wanted if digest != EMPTY_DIGEST]
         missing: list[Digest] = []
@@ -592,34 +709,56 @@ class RemoteClient:
                 missing.append(digest)
             elif entry.status.code != code_pb2.OK:
                 raise RemoteError(f"remote cache {self.url}: blob {digest} not read: "
-                                  f"{_status_name(entry.status.code)}: {_one_line(entry.status.message)} "
+                                  f"{_status_name(entry.status.code)}: {safe_text(entry.status.message)} "
                                   "(BatchReadBlobs)")
             else:
                 found[digest] = verify_blob(digest, entry.data, f"remote cache {self.url}")
         return found, missing
 
+    def _stream(self, digest: Digest, sink: Callable[[bytes], None], *, offset: int = 0, limit: int | None = None
+                ) -> int:
+        """Read blob ``digest`` by ByteStream (from ``offset``, at most ``limit`` bytes), each piece to ``sink``;
+        the bytes received. More bytes than the digest's size (or ``limit``) stop the read before they reach
+        ``sink`` (:class:`RemoteIntegrityError`); a read that stalls is ended by a :class:`_Watchdog`."""
+        most = digest.size - offset if limit is None else min(limit, digest.size - offset)
+        request = bytestream_pb2.ReadRequest(resource_name=f"{self._prefix}blobs/{digest.hash}/{digest.size}",
+                                             read_offset=offset, read_limit=0 if limit is None else most)
+        call = self._bytestream.Read(request, timeout=self._transfer_timeout(most), metadata=self._metadata)
+        watchdog = _Watchdog(call, self.settings.timeout_s)
+        size = 0
+        try:
+            for response in call:
+                size += len(response.data)
+                watchdog.received(len(response.data))
+                if size > most:
+                    raise RemoteIntegrityError(f"blob {digest} from remote cache {self.url} does not match its "
+                                               f"digest: more than {most} bytes came"
+                                               f"{f' from offset {offset}' if offset else ''}")
+                sink(response.data)
+        except grpc.RpcError:
+            if watchdog.reason is not None:
+                raise _Stalled(watchdog.reason) from None
+            raise
+        finally:
+            watchdog.stop()
+            call.cancel()
+        return size
+
     def _read_stream(self, digest: Digest, out: IO[bytes]) -> None:
         """Blob ``digest`` by ByteStream Read into ``out`` (from its start; rewritten on a retry), checked as it
         comes: more bytes than the digest's size stop the read at once."""
+        self.check_size(digest)
 
         def attempt() -> None:
             out.seek(0)
             out.truncate()
             sha = hashlib.sha256()
-            size = 0
-            call = self._bytestream.Read(
-                bytestream_pb2.ReadRequest(resource_name=f"{self._prefix}blobs/{digest.hash}/{digest.size}"),
-                timeout=self._transfer_timeout(digest.size), metadata=self._metadata)
-            try:
-                for response in call:
-                    size += len(response.data)
-                    if size > digest.size:
-                        raise RemoteIntegrityError(f"blob {digest} from remote cache {self.url} does not match its "
-                                                   f"digest: more than {digest.size} bytes came")
-                    sha.update(response.data)
-                    out.write(response.data)
-            finally:
-                call.cancel()
+
+            def sink(data: bytes) -> None:
+                sha.update(data)
+                out.write(data)
+
+            size = self._stream(digest, sink)
             if size != digest.size or sha.hexdigest() != digest.hash:
                 raise RemoteIntegrityError(f"blob {digest} from remote cache {self.url} does not match its digest: "
                                            f"got {size} bytes with SHA-256 {sha.hexdigest()}")
@@ -631,13 +770,37 @@ class RemoteClient:
                 raise self._not_found([digest]) from None
             raise
 
+    def read_tail(self, digest: Digest, limit: int = TAIL_BYTES) -> bytes:
+        """The end of blob ``digest``, at most ``limit`` bytes, for a message (a failed command's stderr): a blob
+        within ``limit`` is read whole and checked against its digest; of a larger one only the last ``limit``
+        bytes are read (ByteStream's ``read_offset``), which no digest can check, so they are only ever shown
+        (through :func:`~offload_builders.remote.text.safe_text`)."""
+        if digest.size <= limit:
+            return self.read_blob(digest)
+        pieces: list[bytes] = []
+
+        def attempt() -> bytes:
+            pieces.clear()
+            self._stream(digest, pieces.append, offset=digest.size - limit, limit=limit)
+            return b"".join(pieces)
+
+        try:
+            return self._call("Read", attempt)
+        except RemoteCallError as error:
+            if error.code == "NOT_FOUND":
+                raise self._not_found([digest]) from None
+            raise
+
     def download_to(self, digest: Digest, path: Path) -> None:
         """Write blob ``digest`` to ``path``: into a temporary file beside it, checked, then moved into place, so
-        that ``path`` is either the whole checked blob or untouched (the temporary file never stays)."""
+        that ``path`` is either the whole checked blob or untouched (the temporary file never stays; one a
+        killed process left is swept by the next download to ``path``). A blob larger than this client reads
+        or than the space left there is refused first (:meth:`check_size`): at most the digest's size is ever
+        written."""
         path = Path(path)
-        # ".<name>.<pid>.<n>.tmp": where <name> is a node's .partial, the next run of the node sweeps what a killed
-        # download left (offload_builders.leftovers.leftover_pattern).
-        temporary = path.parent / f".{path.name[:200]}.{os.getpid()}.{next(_DOWNLOADS)}.tmp"
+        self.check_size(digest, path)
+        sweep_downloads(path)
+        temporary = download_temporary(path)
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
             with os.fdopen(descriptor, "wb") as out:
@@ -696,7 +859,7 @@ class RemoteClient:
 
     def wait_execution(self, name: str, timeout_s: float | None = None) -> remote_execution_pb2.ExecuteResponse:
         """Wait for the execution ``name`` (an operation name :meth:`execute`'s server gave) to finish."""
-        return self._follow(name, lambda remaining: iter(()), f"operation {name}", timeout_s)
+        return self._follow(name, lambda remaining: iter(()), f"operation {safe_text(name, 200)}", timeout_s)
 
     def _follow(self, name: str, start: Callable[[float | None], Iterable[operations_pb2.Operation]], what: str,
                 timeout_s: float | None) -> remote_execution_pb2.ExecuteResponse:
@@ -743,20 +906,22 @@ class RemoteClient:
                                                                                deadline - time.monotonic())))
 
     def _finished(self, operation: operations_pb2.Operation, what: str) -> remote_execution_pb2.ExecuteResponse:
+        name = safe_text(operation.name, 200)
         if operation.HasField("error"):
             raise RemoteError(f"remote execution {self.url}: {what} failed: {_status_name(operation.error.code)}: "
-                              f"{_one_line(operation.error.message)} (operation {operation.name})")
+                              f"{safe_text(operation.error.message)} (operation {name})")
         response = remote_execution_pb2.ExecuteResponse()
         if not operation.response.Unpack(response):
             raise RemoteError(f"remote execution {self.url}: {what} finished without an ExecuteResponse (operation "
-                              f"{operation.name} answered {operation.response.type_url or 'nothing'})")
+                              f"{name} answered {safe_text(operation.response.type_url, 200) or 'nothing'})")
         if response.status.code != code_pb2.OK:
-            message = _one_line(" ".join(part for part in (response.status.message, response.message) if part))
+            message = safe_text(" ".join(part for part in (response.status.message, response.message) if part))
             raise RemoteError(f"remote execution {self.url}: {what} failed: {_status_name(response.status.code)}"
-                              f"{': ' + message if message else ''} (operation {operation.name})")
+                              f"{': ' + message if message else ''} (operation {name})")
         return response
 
 
-__all__ = ["BLOB_OVERHEAD", "BlobNotFoundError", "DEFAULT_MAX_BATCH_BYTES", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT_S",
-           "RemoteCallError", "RemoteClient", "RemoteSettings", "from_proto", "parse_headers", "to_proto",
+__all__ = ["BLOB_OVERHEAD", "BlobNotFoundError", "DEFAULT_EXECUTE_TIMEOUT_S", "DEFAULT_MAX_BATCH_BYTES",
+           "DEFAULT_MAX_BLOB_BYTES", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT_S", "MIN_TRANSFER_RATE", "TAIL_BYTES",
+           "RemoteCallError", "RemoteClient", "RemoteSettings", "from_proto", "parse_headers", "parse_size", "to_proto",
            "verify_blob"]

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import sys
+import threading
 from collections.abc import Mapping
 
 import SCons.Action
@@ -40,6 +41,7 @@ from offload_builders.remote.actions import (
 from offload_builders.remote.cache import RemoteCache, remote_cache
 from offload_builders.remote.cli_jobs import code_digest
 from offload_builders.remote.digests import Digest
+from offload_builders.remote.text import MESSAGE_LIMIT, safe_text
 from offload_builders.scons.outputs import partial_path
 from offload_builders.source_identity import file_identity
 
@@ -51,8 +53,37 @@ class OffloadRemoteWarning(SCons.Warnings.WarningOnByDefault):
     """The remote cache could not be used, or sent something that did not match: the build goes on locally."""
 
 
+_WARNING_OUTPUT_LOCK = threading.Lock()
+
+
+def _warning_output() -> None:
+    """Route :class:`OffloadRemoteWarning` to one ``scons: warning: ...`` line. SCons' own output of a warning
+    (``SCons.Warnings._warningOut``, set by ``SCons.Script.Main``) adds the deepest frame outside SCons (``File
+    ".../remote.py", line N, in _warn``), which says nothing about a remote's fault: the output is wrapped, once,
+    by one that prints ours alone and passes every other warning on. SCons still decides whether a warning is
+    shown (``--warn=no-all``) or raised (warnings as exceptions)."""
+    with _WARNING_OUTPUT_LOCK:
+        previous = SCons.Warnings._warningOut
+        if getattr(previous, "offload_remote", False):
+            return
+
+        def output(warning: SCons.Warnings.SConsWarning) -> None:
+            if isinstance(warning, OffloadRemoteWarning):
+                text = warning.args[0] if warning.args else ""
+                text = text[0] if isinstance(text, tuple) and text else text
+                sys.stderr.write(f"scons: warning: {safe_text(str(text), MESSAGE_LIMIT)}\n")
+                sys.stderr.flush()
+            elif previous is not None:
+                previous(warning)
+
+        output.offload_remote = True  # type: ignore[attr-defined]
+        SCons.Warnings._warningOut = output
+
+
 def _warn(message: str) -> None:
-    SCons.Warnings.warn(OffloadRemoteWarning, message)
+    """One ``scons: warning:`` line (see :func:`_warning_output`), made safe to print (it may quote the server)."""
+    _warning_output()
+    SCons.Warnings.warn(OffloadRemoteWarning, safe_text(message, MESSAGE_LIMIT))
 
 
 def _setting(env, name: str):  # noqa: ANN202 - a construction variable's value, of whatever type it was given
