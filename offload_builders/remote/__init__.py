@@ -5,4 +5,135 @@
 build node into an Action whose key does not depend on the checkout's path, and
 :mod:`~offload_builders.remote.cache` runs a node through the cache: a hit downloads checked outputs, a miss
 runs locally and uploads.
+
+What every part shares (here, so that it needs no grpcio):
+
+* text from outside made safe to print. A server's words (a status message, a failed command's stderr, an
+  operation's name, the file names and digests of an action result) reach warnings on the user's terminal, so
+  they are never printed as they came: every character that is not printable (C0 and C1 controls, ``ESC`` and
+  with it every ANSI escape sequence, bidi overrides, line separators) is shown as a Python escape (``\\x1b``),
+  runs of white space become one space, and the text is cut to a length (:func:`safe_text`). The URL of
+  ``$OFFLOAD_REMOTE`` may hold a credential (``grpc://user:password@...``, ``?token=...``): wherever it is
+  printed or put in an exception it goes through :func:`redact_url`;
+* the temporary files of downloads. A download goes to ``.<name>.<pid>.<n>.tmp`` beside its destination
+  ``<name>`` and is renamed into place once complete and checked
+  (:meth:`~offload_builders.remote.client.RemoteClient.download_to`). A process killed mid-download (``SIGTERM``,
+  ``SIGKILL``) cannot remove its temporary file, so the next download to the same destination, and each
+  ``offload-compile``/``offload-link`` step before it asks the cache, removes those of processes that no longer
+  run (:func:`sweep_downloads`); the SCons tool's nodes also sweep them with their other leftovers
+  (:func:`offload_builders.leftovers.leftover_pattern`).
 """
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The most characters of one piece of a server's text in a message (a status message, a stderr line).
+TEXT_LIMIT = 400
+#: The most characters of a whole warning (what :func:`safe_text` leaves of it at the end, where it is printed).
+MESSAGE_LIMIT = 4000
+#: How many names of a list from a server a message shows (then "and N more").
+NAMES_SHOWN = 5
+
+
+def safe_text(text: object, limit: int = TEXT_LIMIT) -> str:
+    """``text`` (a ``str``; ``bytes`` are decoded as UTF-8, bad bytes replaced) on one line, every character that
+    is not printable escaped, white space runs made one space, cut to ``limit`` characters (``...`` at the end)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    line = " ".join(str(text).split())
+    if not line.isprintable():
+        line = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in line)
+    return line if len(line) <= limit else line[:max(0, limit - 3)] + "..."
+
+
+def safe_names(names: Iterable[object], limit: int = NAMES_SHOWN) -> str:
+    """A list of names from a server (output paths) for a message: each made safe (:func:`safe_text`, at most
+    200 characters), at most ``limit`` of them, then how many more there are; ``[]`` for none."""
+    items = list(names)
+    shown = [f"'{safe_text(name, 200)}'" for name in items[:limit]]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return f"[{', '.join(shown)}{more}]"
+
+
+#: ``scheme://`` (optional) and the rest.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: One entry of a query or fragment (``name=value`` or a bare value), with the separator before it.
+_ENTRY = re.compile(r"([?#&;])([^?#&;]*)")
+
+
+def _redact_entry(entry: re.Match[str]) -> str:
+    name, equals, value = entry[2].partition("=")
+    if equals:
+        return f"{entry[1]}{name}=***" if value else entry[0]
+    return f"{entry[1]}***" if name else entry[0]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with what may be a credential replaced by ``***``: the password of its user information
+    (``user:***@``; a user name alone, which may be a token, becomes ``***@``) and every value of its query and
+    fragment (``?token=***&key=***``), then made safe to print (:func:`safe_text`). Any text is taken: the user
+    information ends at the last ``@`` (a password with an unescaped ``/``, ``?`` or ``#`` is hidden too)."""
+    text = url.strip()
+    scheme = match[0] if (match := _SCHEME.match(text)) else ""
+    rest = text[len(scheme):]
+    if "@" in rest:
+        user_info, _, rest = rest.rpartition("@")
+        user, colon, _ = user_info.partition(":")
+        shown_user = user if colon and not any(character in user for character in "/?#") else ""
+        rest = f"{shown_user}:***@{rest}" if shown_user else f"***@{rest}"
+    cut = min((index for index in (rest.find("?"), rest.find("#")) if index >= 0), default=len(rest))
+    rest = rest[:cut] + _ENTRY.sub(_redact_entry, rest[cut:])
+    return safe_text(scheme + rest, MESSAGE_LIMIT)
+
+
+# --- download temporaries -----------------------------------------------------------------------------------------
+
+
+#: Numbers the downloads' temporary files within the process.
+_DOWNLOADS = itertools.count()
+#: The most characters of the destination's name in a temporary file's name (file names have 255 bytes).
+NAME_KEPT = 200
+
+
+def download_temporary(path: Path) -> Path:
+    """A new temporary file name for a download to ``path``, beside it."""
+    return path.parent / f".{path.name[:NAME_KEPT]}.{os.getpid()}.{next(_DOWNLOADS)}.tmp"
+
+
+def _running(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process's: never swept
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process (EPERM): it runs
+        return True
+    return True
+
+
+def sweep_downloads(path: str | os.PathLike[str]) -> None:
+    """Remove the temporary files of downloads to ``path`` that a process no longer running left (a live
+    process's, this one's included, stay). Errors are ignored: it only tidies up."""
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name[:NAME_KEPT]}.") + r"([0-9]+)\.[0-9]+\.tmp")
+    try:
+        with os.scandir(path.parent) as entries:
+            found = [(entry.name, int(match[1])) for entry in entries
+                     if (match := pattern.fullmatch(entry.name)) is not None]
+    except OSError:
+        return
+    for name, pid in found:
+        if pid != os.getpid() and not _running(pid):
+            try:
+                os.unlink(path.parent / name)
+            except OSError:
+                pass
+
+
+__all__ = ["MESSAGE_LIMIT", "NAMES_SHOWN", "TEXT_LIMIT", "download_temporary", "redact_url", "safe_names",
+           "safe_text", "sweep_downloads"]

@@ -30,6 +30,7 @@ import SCons.Node.Python
 import SCons.Warnings
 
 from offload_builders.errors import RemoteError
+from offload_builders.remote import MESSAGE_LIMIT, safe_text
 from offload_builders.remote.actions import (
     ContentDigests,
     NodeJob,
@@ -41,7 +42,6 @@ from offload_builders.remote.actions import (
 from offload_builders.remote.cache import RemoteCache, remote_cache
 from offload_builders.remote.cli_jobs import code_digest
 from offload_builders.remote.digests import Digest
-from offload_builders.remote.text import MESSAGE_LIMIT, safe_text
 from offload_builders.scons.outputs import partial_path
 from offload_builders.source_identity import file_identity
 
@@ -113,7 +113,7 @@ def remote_cache_for(env, url: str | None = None) -> RemoteCache | None:
     settings = dict(os.environ)
     for name in ("OFFLOAD_REMOTE_INSTANCE", "OFFLOAD_REMOTE_HEADERS", "OFFLOAD_REMOTE_TIMEOUT", "OFFLOAD_REMOTE_CA",
                  "OFFLOAD_REMOTE_CERT", "OFFLOAD_REMOTE_KEY", "OFFLOAD_REMOTE_RETRIES", "OFFLOAD_REMOTE_UPLOAD",
-                 "OFFLOAD_REMOTE_HEADER_FILE"):
+                 "OFFLOAD_REMOTE_HEADER_FILE", "OFFLOAD_REMOTE_MAX_BLOB", "OFFLOAD_REMOTE_EXECUTE_TIMEOUT"):
         if env.get(name) is not None:
             settings[name] = str(env[name])
     return remote_cache(url, settings, _warn)
