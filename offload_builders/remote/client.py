@@ -155,8 +155,10 @@ class _Watchdog:
             behind_at = self._start + self._stall_s + self._received / MIN_TRANSFER_RATE
             wait = min(stalled_at, behind_at) - time.monotonic()
             if wait <= 0:
-                self.reason = (f"no bytes came for {self._stall_s:g} s" if stalled_at <= behind_at else
-                               f"{self._received} bytes came in {time.monotonic() - self._start:.1f} s, slower than "
+                now = time.monotonic()
+                # Both rules end a read that stalls at its start: it is named by what the server did.
+                self.reason = (f"no bytes came for {now - self._last:.1f} s" if now - self._last >= self._stall_s / 2
+                               else f"{self._received} bytes came in {now - self._start:.1f} s, slower than "
                                f"{MIN_TRANSFER_RATE >> 10} KiB/s")
                 cancel = getattr(self._call, "cancel", None)
                 if callable(cancel):
