@@ -18,10 +18,10 @@ What every part shares (here, so that it needs no grpcio):
 * the temporary files of downloads. A download goes to ``.<name>.<pid>.<n>.tmp`` beside its destination
   ``<name>`` and is renamed into place once complete and checked
   (:meth:`~offload_builders.remote.client.RemoteClient.download_to`). A process killed mid-download (``SIGTERM``,
-  ``SIGKILL``) cannot remove its temporary file, so the next download to the same destination, and each
-  ``offload-compile``/``offload-link`` step before it asks the cache, removes those of processes that no longer
-  run (:func:`sweep_downloads`); the SCons tool's nodes also sweep them with their other leftovers
-  (:func:`offload_builders.leftovers.leftover_pattern`).
+  ``SIGKILL``) cannot remove its temporary file, so the next run of the step removes those of processes that no
+  longer run: each ``offload-compile``/``offload-link`` step before it asks the cache (:func:`sweep_downloads`),
+  each SCons node with its other leftovers (:func:`offload_builders.leftovers.leftover_pattern`: once per
+  directory and build, where a sweep per download would list a large directory once per output).
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 from offload_builders import __version__
 from offload_builders.errors import RemoteError, RemoteIntegrityError
-from offload_builders.remote import download_temporary, redact_url, safe_text, sweep_downloads
+from offload_builders.remote import download_temporary, redact_url, safe_text
 from offload_builders.remote.digests import CHUNK_SIZE, EMPTY_DIGEST, Digest, digest_of_bytes
 from offload_builders.remote.protos import (
     bytestream_pb2,
@@ -795,12 +795,11 @@ class RemoteClient:
     def download_to(self, digest: Digest, path: Path) -> None:
         """Write blob ``digest`` to ``path``: into a temporary file beside it, checked, then moved into place, so
         that ``path`` is either the whole checked blob or untouched (the temporary file never stays; one a
-        killed process left is swept by the next download to ``path``). A blob larger than this client reads
-        or than the space left there is refused first (:meth:`check_size`): at most the digest's size is ever
-        written."""
+        killed process left is swept by the next run of the node or step: see :mod:`offload_builders.remote`).
+        A blob larger than this client reads or than the space left there is refused first (:meth:`check_size`):
+        at most the digest's size is ever written."""
         path = Path(path)
         self.check_size(digest, path)
-        sweep_downloads(path)
         temporary = download_temporary(path)
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
