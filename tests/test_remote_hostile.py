@@ -459,6 +459,8 @@ def test_a_secret_in_the_url_is_not_printed_by_scons(tmp_path):
         build, _ = scons(project.root, build_env(tmp_path, OFFLOAD_REMOTE=url))
         assert build.returncode == 0 and len(remote_warnings(build.output)) == 1, build.output
         assert "SECRET" not in build.output, build.output
+        # One line: not followed by SCons' "File ..., line N, in _warn" of the tool's own code.
+        assert not [line for line in build.output.splitlines() if line.startswith("File ")], build.output
         shutil.rmtree(project.root / "build")
         (project.root / ".sconsign.dblite").unlink()
 
