@@ -77,9 +77,9 @@ def test_a_recreated_header_with_such_a_name_stops_the_device_compile_naming_it(
     (work / os.fsdecode(SOURCE)).write_bytes(PROGRAM)
     flags = (b"--", b"-O2", b"-I" + INCLUDE)
     oc(work, b"host", SOURCE, b"-o", b"k.host.bc", *flags)
-    content = header.read_bytes()
-    header.unlink()
-    header.write_bytes(content)
+    temporary = header.with_name("saved.tmp")
+    temporary.write_bytes(header.read_bytes())
+    os.replace(temporary, header)  # same bytes, new inode (made while the old one lives: a safe-save)
     argv = [sys.executable, "-P", "-m", "offload_builders.cli.compile", "device", os.fsdecode(SOURCE), "--host-bc",
             "k.host.bc", "--target", "x86_64", "-o", "k.x86_64.o", "--", "-O2", "-I" + os.fsdecode(INCLUDE)]
     done = subprocess.run(argv, cwd=work, capture_output=True)
