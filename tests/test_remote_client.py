@@ -32,7 +32,6 @@ from buildgrid.common.protos.google.longrunning import operations_pb2
 from buildgrid.common.protos.google.rpc import code_pb2, status_pb2
 
 from offload_builders.errors import RemoteError, RemoteIntegrityError
-from offload_builders.remote import redact_url
 from offload_builders.remote.client import (
     BLOB_OVERHEAD,
     DEFAULT_MAX_BATCH_BYTES,
@@ -46,6 +45,7 @@ from offload_builders.remote.client import (
     verify_blob,
 )
 from offload_builders.remote.digests import EMPTY_DIGEST, Digest, digest_of_bytes
+from offload_builders.remote.text import redact_url
 from remote_servers import NO_AUTHORIZATION, BuildGridServer, ExecutionServer, bgd_path, buildgrid_config, free_port
 
 MiB = 1 << 20

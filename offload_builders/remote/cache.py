@@ -6,8 +6,8 @@ interrupted download never leaves an output a later build takes as up to date. A
 be reached or answers out of protocol, or a blob that does not match its digest is never an error: the node
 is built locally. An unusable server is warned about once and not asked again in this process (a down or
 slow server would otherwise cost every node its timeout); a bad blob is warned about each time. Every warning
-is made safe to print (:func:`~offload_builders.remote.safe_text`: the server's words are in it), and the
-URL is shown redacted (:func:`~offload_builders.remote.redact_url`).
+is made safe to print (:func:`~offload_builders.remote.text.safe_text`: the server's words are in it), and the
+URL is shown redacted (:func:`~offload_builders.remote.text.redact_url`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from offload_builders.errors import RemoteError, RemoteIntegrityError
-from offload_builders.remote import MESSAGE_LIMIT, redact_url, safe_names, safe_text
 from offload_builders.remote.actions import ActionMessages
 from offload_builders.remote.digests import Digest, digest_of_file
+from offload_builders.remote.text import MESSAGE_LIMIT, redact_url, safe_names, safe_text
 
 if TYPE_CHECKING:  # imported when a remote is configured: it needs the extra 'remote' (grpcio)
     from offload_builders.remote.client import RemoteClient

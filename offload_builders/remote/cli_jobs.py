@@ -135,7 +135,7 @@ class RemoteSteps:
 
     def warn(self, message: str) -> None:
         """One ``<prog>: warning: ...`` line on stderr, made safe to print (it may quote the server)."""
-        from offload_builders.remote import MESSAGE_LIMIT, safe_text
+        from offload_builders.remote.text import MESSAGE_LIMIT, safe_text
 
         sys.stderr.write(f"{self.prog}: warning: {safe_text(message, MESSAGE_LIMIT)}\n")
         sys.stderr.flush()
@@ -203,7 +203,7 @@ class CachedStep:
         anything else leaves none of them behind and answers False. First, what a download to a destination
         left when its process was killed is swept."""
         destinations = {relative: destination(path) for relative, path in self.outputs.items()}
-        from offload_builders.remote import sweep_downloads
+        from offload_builders.remote.downloads import sweep_downloads
 
         for path in destinations.values():
             sweep_downloads(path)

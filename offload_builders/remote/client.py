@@ -10,8 +10,8 @@ that far behind :data:`MIN_TRANSFER_RATE` (a deadline earned by the bytes receiv
 server declares); a blob over :data:`DEFAULT_MAX_BLOB_BYTES` (``OFFLOAD_REMOTE_MAX_BLOB``) or over the space
 left beside its destination is refused before a byte is read; a failed command's output is read from its end,
 at most :data:`TAIL_BYTES`; every text of the server's goes into a message through
-:func:`~offload_builders.remote.safe_text` and the URL through
-:func:`~offload_builders.remote.redact_url`. Transient failures (``UNAVAILABLE``,
+:func:`~offload_builders.remote.text.safe_text` and the URL through
+:func:`~offload_builders.remote.text.redact_url`. Transient failures (``UNAVAILABLE``,
 ``RESOURCE_EXHAUSTED``, ``DEADLINE_EXCEEDED``) are retried a few times with a short backoff; a server that is down
 fails fast rather than costing each call its timeout.
 
@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 
 from offload_builders import __version__
 from offload_builders.errors import RemoteError, RemoteIntegrityError
-from offload_builders.remote import download_temporary, redact_url, safe_text
 from offload_builders.remote.digests import CHUNK_SIZE, EMPTY_DIGEST, Digest, digest_of_bytes
+from offload_builders.remote.downloads import download_temporary
 from offload_builders.remote.protos import (
     bytestream_pb2,
     bytestream_pb2_grpc,
@@ -48,6 +48,7 @@ from offload_builders.remote.protos import (
     remote_execution_pb2,
     remote_execution_pb2_grpc,
 )
+from offload_builders.remote.text import redact_url, safe_text
 
 try:
     import grpc
@@ -290,7 +291,7 @@ class RemoteSettings:
         lines, which keeps a token out of the environment), ``_TIMEOUT`` (seconds), ``_RETRIES``, ``_MAX_BLOB``
         (bytes, or with a unit: ``2G``) and ``_EXECUTE_TIMEOUT`` (seconds). An empty variable counts as unset. A
         bad value is one :class:`RemoteError` line naming the variable; the URL is shown only redacted
-        (:func:`~offload_builders.remote.redact_url`: it may hold a password or a token)."""
+        (:func:`~offload_builders.remote.text.redact_url`: it may hold a password or a token)."""
         stripped = url.strip()
         shown = f"OFFLOAD_REMOTE={redact_url(url)!r}"
         bad_url = RemoteError(f"{shown}: {_URL_FORM} (no user, password or query: give credentials by "
@@ -775,7 +776,7 @@ class RemoteClient:
         """The end of blob ``digest``, at most ``limit`` bytes, for a message (a failed command's stderr): a blob
         within ``limit`` is read whole and checked against its digest; of a larger one only the last ``limit``
         bytes are read (ByteStream's ``read_offset``), which no digest can check, so they are only ever shown
-        (through :func:`~offload_builders.remote.safe_text`)."""
+        (through :func:`~offload_builders.remote.text.safe_text`)."""
         if digest.size <= limit:
             return self.read_blob(digest)
         pieces: list[bytes] = []

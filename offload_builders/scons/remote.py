@@ -30,7 +30,6 @@ import SCons.Node.Python
 import SCons.Warnings
 
 from offload_builders.errors import RemoteError
-from offload_builders.remote import MESSAGE_LIMIT, safe_text
 from offload_builders.remote.actions import (
     ContentDigests,
     NodeJob,
@@ -42,6 +41,7 @@ from offload_builders.remote.actions import (
 from offload_builders.remote.cache import RemoteCache, remote_cache
 from offload_builders.remote.cli_jobs import code_digest
 from offload_builders.remote.digests import Digest
+from offload_builders.remote.text import MESSAGE_LIMIT, safe_text
 from offload_builders.scons.outputs import partial_path
 from offload_builders.source_identity import file_identity
 
