@@ -189,11 +189,34 @@ def scons_project(tmp_path) -> Path:
     return root
 
 
-def scons_database(root: Path, *args: str) -> list[dict]:
-    environ = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+#: The oldest SCons the tool supports, whose compilation_db tool keeps its entries otherwise (nodes, not tuples).
+OLDEST_SCONS = "4.5.2"
+
+
+@pytest.fixture(scope="module")
+def oldest_scons(tmp_path_factory) -> Path:
+    """SCons 4.5.2 installed into a directory of its own from the wheelhouse (``./scripts/bootstrap`` fills it),
+    run by this Python with that directory first on its path."""
+    wheelhouse = REPO_ROOT / ".wheelhouse"
+    if not list(wheelhouse.glob(f"[sS][cC]ons-{OLDEST_SCONS}-*.whl")):
+        pytest.fail(f"no SCons {OLDEST_SCONS} wheel in {wheelhouse}: run ./scripts/bootstrap, which downloads it")
+    target = tmp_path_factory.mktemp("scons-oldest")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+                    "--no-deps", "--target", str(target), f"scons=={OLDEST_SCONS}"], check=True, capture_output=True)
+    return target
+
+
+def scons_database(root: Path, *args: str, scons_dir: Path | None = None) -> list[dict]:
+    """The database SCons writes (the venv's SCons, or the one installed in ``scons_dir``)."""
+    path = [str(REPO_ROOT)] if scons_dir is None else [str(scons_dir), str(REPO_ROOT)]
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    scons = [SCONS] if scons_dir is None else [sys.executable, str(scons_dir / "bin" / "scons")]
     (root / "compile_commands.json").unlink(missing_ok=True)
-    done = subprocess.run([SCONS, "-Q", "offload_archs=gfx90a,sm_80", *args, "compile_commands.json"], cwd=root,
+    done = subprocess.run([*scons, "-Q", "offload_archs=gfx90a,sm_80", *args, "compile_commands.json"], cwd=root,
                           env=environ, capture_output=True, text=True)
+    if scons_dir is not None:
+        assert f"SCons: v{OLDEST_SCONS}" in subprocess.run([*scons, "--version"], env=environ, capture_output=True,
+                                                           text=True).stdout
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((root / "compile_commands.json").read_text())
 
@@ -217,10 +240,12 @@ PLAIN_OBJECTS = {
 
 
 @pytest.mark.slow
-def test_scons_compilation_db_lists_every_offload_object_with_the_builds_own(scons_project):
+@pytest.mark.parametrize("version", ["current", OLDEST_SCONS])
+def test_scons_compilation_db_lists_every_offload_object_with_the_builds_own(scons_project, version, request):
     root = scons_project
+    scons_dir = None if version == "current" else request.getfixturevalue("oldest_scons")
     for order in ("before", "after"):  # compilation_db loaded before the offload tool, or after it
-        entries = scons_database(root, f"order={order}")
+        entries = scons_database(root, f"order={order}", scons_dir=scons_dir)
         assert {entry["output"]: entry["file"] for entry in entries} == {**OFFLOAD_OBJECTS, **PLAIN_OBJECTS}, order
         assert len(entries) == len(OFFLOAD_OBJECTS) + len(PLAIN_OBJECTS)  # one entry per object
         assert all(entry["directory"] == str(root) for entry in entries)
@@ -243,7 +268,7 @@ def test_scons_compilation_db_lists_every_offload_object_with_the_builds_own(sco
         "build/cuda/scale.o"]
     assert "-Xarch_gfx942" in by_output["build/rocm/k.o"]  # Debian's ROCm has no gfx942 device libraries
 
-    absolute = scons_database(root, "abspath=1", "filter=*build/cuda/*")
+    absolute = scons_database(root, "abspath=1", "filter=*build/cuda/*", scons_dir=scons_dir)
     assert {entry["output"] for entry in absolute} == {
         str(root / output) for output in [*OFFLOAD_OBJECTS, *PLAIN_OBJECTS] if output.startswith("build/cuda/")}
     assert all(Path(entry["file"]).is_absolute() for entry in absolute)
