@@ -31,6 +31,7 @@ from offload_builders.errors import OffloadError
 from offload_builders.models.hip import default_flags as hip_default_flags
 from offload_builders.targets import TargetID, parse_offload_archs
 from offload_builders.toolchain import find_toolchain
+from test_meson import run as run_with_checkout_tools
 
 CLANGD = os.environ.get("OFFLOAD_CLANGD", "/usr/bin/clangd-19")
 BIN = Path(sys.executable).parent
@@ -295,15 +296,9 @@ def test_clangd_parses_the_scons_entries_of_each_model(scons_project, clangd, tm
 # --------------------------------------------------------------------------------------------------
 # CMake and Meson: their own databases
 # --------------------------------------------------------------------------------------------------
-def _environ(project: Path) -> dict[str, str]:
-    return dict(os.environ, PATH=f"{project.parent / 'bin'}:{BIN}:{os.environ['PATH']}",
-                CXX=str(find_toolchain().clangxx), PYTHONPATH=str(REPO_ROOT))
-
-
 def _run(project: Path, *argv: str) -> str:
-    done = subprocess.run(argv, cwd=project, env=_environ(project), capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    """``argv`` in ``project`` with this checkout's tools on PATH and Clang as CXX (test_meson's environment)."""
+    return run_with_checkout_tools(project, *argv)
 
 
 def _cmake() -> str:
