@@ -57,14 +57,7 @@ def _one_command(targets: Sequence[TargetID], per_target: Callable[[TargetID], S
     chosen = {target: tuple(per_target(target)) for target in targets if target.kind in ("amdgpu", "nvptx")}
     if chosen and all("-nogpulib" in flags for flags in chosen.values()):
         return list(dict.fromkeys(flag for flags in chosen.values() for flag in flags))
-    found: list[str] = []
-    for target, flags in chosen.items():
-        for flag in flags:
-            if flag == "-nogpulib":
-                found.extend([f"-Xarch_{target.processor}", flag])
-            elif flag not in found:
-                found.append(flag)
-    return found
+    return device_libraries.merged_target_flags(chosen, chosen.__getitem__)
 
 
 def tool_flags(toolchain: Toolchain, model: str, targets: Sequence[TargetID], flags: Sequence[str],

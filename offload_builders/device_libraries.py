@@ -25,7 +25,7 @@ import functools
 import itertools
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from offload_builders import nvptx_tools
@@ -149,9 +149,16 @@ def one_command_flags(toolchain: Toolchain, targets: Iterable[TargetID], flags: 
     takes them (each once; ``-nogpulib`` only for the targets that get it, through ``-Xarch_<processor>``),
     so that ``clang++ -fopenmp --offload-arch=...`` compiles what the tool's nodes compile: for comparisons
     and benchmarks against the driver."""
+    flags = tuple(flags)
+    return merged_target_flags(targets, lambda target: device_library_flags(toolchain, target, flags))
+
+
+def merged_target_flags(targets: Iterable[TargetID], per_target: Callable[[TargetID], Sequence[str]]) -> list[str]:
+    """Each target's flags (``per_target``) as one driver command takes them: each flag once, ``-nogpulib`` only
+    for the targets that get it, through ``-Xarch_<processor>``."""
     found: list[str] = []
     for target in targets:
-        for flag in device_library_flags(toolchain, target, tuple(flags)):
+        for flag in per_target(target):
             if flag == "-nogpulib":
                 found.extend([f"-Xarch_{target.processor}", flag])
             elif flag not in found:
@@ -192,6 +199,7 @@ __all__ = [
     "DEBIAN_ROCM_BITCODE",
     "device_library_flags",
     "linked_libraries",
+    "merged_target_flags",
     "missing_library_hint",
     "missing_rocm_libraries",
     "one_command_flags",
