@@ -748,8 +748,8 @@ class RemoteClient:
 
     def _read_stream(self, digest: Digest, out: IO[bytes]) -> None:
         """Blob ``digest`` by ByteStream Read into ``out`` (from its start; rewritten on a retry), checked as it
-        comes: more bytes than the digest's size stop the read at once."""
-        self.check_size(digest)
+        comes: more bytes than the digest's size stop the read at once. Its callers have checked the size
+        (:meth:`check_size`)."""
 
         def attempt() -> None:
             out.seek(0)
@@ -765,8 +765,12 @@ class RemoteClient:
                 raise RemoteIntegrityError(f"blob {digest} from remote cache {self.url} does not match its digest: "
                                            f"got {size} bytes with SHA-256 {sha.hexdigest()}")
 
+        self._read_call(digest, attempt)
+
+    def _read_call(self, digest: Digest, attempt: Callable[[], T]) -> T:
+        """A ByteStream read of ``digest`` (:meth:`_call`), the server's ``NOT_FOUND`` as :class:`BlobNotFoundError`."""
         try:
-            self._call("Read", attempt)
+            return self._call("Read", attempt)
         except RemoteCallError as error:
             if error.code == "NOT_FOUND":
                 raise self._not_found([digest]) from None
@@ -786,12 +790,7 @@ class RemoteClient:
             self._stream(digest, pieces.append, offset=digest.size - limit, limit=limit)
             return b"".join(pieces)
 
-        try:
-            return self._call("Read", attempt)
-        except RemoteCallError as error:
-            if error.code == "NOT_FOUND":
-                raise self._not_found([digest]) from None
-            raise
+        return self._read_call(digest, attempt)
 
     def download_to(self, digest: Digest, path: Path) -> None:
         """Write blob ``digest`` to ``path``: into a temporary file beside it, checked, then moved into place, so
