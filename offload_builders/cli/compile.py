@@ -303,6 +303,16 @@ def _native_names(words: str | Sequence[str], option: str, model: str, example: 
     return kept
 
 
+def _with_native(words: str | Sequence[str], option: str, model: str, example: str
+                 ) -> tuple[Sequence[str], str, bool]:
+    """``words`` with ``native`` replaced by what it stands for here (:func:`_native_names`), the option to name in
+    errors (with what ``native`` stood for), and whether ``native`` was there."""
+    if not names_native(words):
+        return words, option, False
+    names = _native_names(words, option, model, example)
+    return expand_native(words, names), f"{option} ({described(names)})", True
+
+
 def _model() -> PhaseModel:
     return PhaseModel(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
 
@@ -752,17 +762,14 @@ def _target_list(opts: _Options) -> list[TargetID]:
     """``--targets`` parsed, in the order given: each a valid ID, none twice, none conflicting; ``native``, this
     machine's GPUs that the source's model compiles for (each once)."""
     assert opts.targets is not None
-    items, option = opts.targets.split(","), "--targets"
-    if names_native(opts.targets):
-        model = source_model(opts.positional[0]) if opts.positional else OPENMP
-        names = _native_names(opts.targets, option, model, "--targets sm_90,gfx90a")
-        items, option = list(expand_native(opts.targets, names)), f"--targets ({described(names)})"
+    model = source_model(opts.positional[0]) if opts.positional else OPENMP
+    items, option, native = _with_native(opts.targets.split(","), "--targets", model, "--targets sm_90,gfx90a")
     try:
         targets = [parse_target_id(text.strip()) for text in items]
         parse_offload_archs(items)  # conflicting IDs
     except OffloadError as error:
         raise UsageError(f"{option}: {error}") from None
-    if option != "--targets":
+    if native:  # what native stands for may repeat a target named beside it
         targets = list(dict.fromkeys(targets))
     if len(set(targets)) != len(targets):
         raise UsageError(f"--targets: a target ID appears twice in '{opts.targets}'")
@@ -1034,11 +1041,8 @@ def _gpu_host(opts: _Options, model: str) -> int:
 def _check(opts: _Options) -> int:
     if not opts.positional:
         raise UsageError("check: no target IDs given (e.g. x86_64,gfx90a)")
-    words: Sequence[str] = opts.positional
-    where = "check"
-    if names_native(words):  # this machine's GPUs, asked now (CMake's configure runs this)
-        names = _native_names(words, where, OPENMP, "OFFLOAD_ARCHS=sm_90,gfx90a")
-        words, where = expand_native(words, names), f"check ({described(names)})"
+    # native: this machine's GPUs, asked now (CMake's configure runs this)
+    words, where, _ = _with_native(opts.positional, "check", OPENMP, "OFFLOAD_ARCHS=sm_90,gfx90a")
     try:
         targets = parse_offload_archs(words)
     except OffloadError as error:
