@@ -123,3 +123,20 @@ def test_kept_images_have_a_byte_limit(cache, tmp_path, monkeypatch):
     # fit in 1000 bytes, prog3's and prog2's.
     assert kept_images(str(tmp_path / "new")) is not None
     assert set((cache / DIRECTORY).iterdir()) == {slots[2], slots[3]}
+
+
+def test_a_stray_file_in_kept_images_is_removed_and_costs_no_slot(cache, tmp_path, monkeypatch):
+    """Only slots count against MAX_SLOTS: a file that is no slot (a link, a leftover) goes, and takes no slot's
+    place."""
+    monkeypatch.setattr(kept_images_module, "MAX_SLOTS", 3)
+    slots = []
+    for number in range(2):
+        kept = keep_one(tmp_path, f"prog{number}")
+        os.utime(kept.slot, ns=(number * 10**9, number * 10**9))
+        slots.append(Path(kept.slot))
+    stray = cache / DIRECTORY / "stray"
+    stray.write_bytes(b"not a slot")
+    os.utime(stray, ns=(10 * 10**9, 10 * 10**9))  # more recent than both slots
+    # A third slot is taken: with the two before it, MAX_SLOTS in all; the stray file goes.
+    assert kept_images(str(tmp_path / "new")) is not None
+    assert set((cache / DIRECTORY).iterdir()) == set(slots)

@@ -155,17 +155,17 @@ def _prune(directory: str, keep: str) -> None:
     """Remove the slots beyond :data:`MAX_SLOTS` or :data:`MAX_BYTES`, least recently used first (never
     ``keep``, which a link is about to fill)."""
     try:
-        entries = [(entry.stat(follow_symlinks=False).st_mtime_ns, entry.path) for entry in os.scandir(directory)
-                   if entry.name != keep]
+        entries = [(entry.stat(follow_symlinks=False).st_mtime_ns, entry.path, entry.is_dir(follow_symlinks=False))
+                   for entry in os.scandir(directory) if entry.name != keep]
     except OSError:
         return
-    entries.sort(reverse=True)
-    total = _slot_bytes(os.path.join(directory, keep))
-    for rank, (_, path) in enumerate(entries):
-        if os.path.islink(path) or not os.path.isdir(path):
+    for _, path, is_slot in entries:
+        if not is_slot:
             with contextlib.suppress(OSError):
                 os.unlink(path)  # not a slot this module made
-            continue
+    slots = sorted(((mtime, path) for mtime, path, is_slot in entries if is_slot), reverse=True)
+    total = _slot_bytes(os.path.join(directory, keep))
+    for rank, (_, path) in enumerate(slots):
         total += _slot_bytes(path)
         if rank >= MAX_SLOTS - 1 or total > MAX_BYTES:
             shutil.rmtree(path, ignore_errors=True)
