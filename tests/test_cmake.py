@@ -130,7 +130,7 @@ def build(project: Path, tmp_path: Path, *targets: str, tool: str | None = None,
     trace.mkdir()
     argv = [tool or cmake(), "--build", "build", *(["--target", *targets] if targets else []),
             *(["--config", config] if config else []), "--", "-j2"]
-    run(project, strace, "-ff", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e", "status=successful",
+    run(project, strace, "-ff", "-ttt", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e", "status=successful",
         "-e", "signal=none", "-o", str(trace / "pid"), *argv)
     processes = read_trace(trace / "pid")
     assert processes and processes[0].program == "cmake"

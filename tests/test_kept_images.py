@@ -70,7 +70,7 @@ def link(project: Path, *options: str, env: dict[str, str] | None = None, wrappe
     trace = project / "trace" / "t"
     shutil.rmtree(trace.parent, ignore_errors=True)
     trace.parent.mkdir()
-    subprocess.run(["strace", "-ff", "-qq", "-e", "trace=execve", "-e", "status=successful", "-s", "4096", "-o",
+    subprocess.run(["strace", "-ff", "-ttt", "-qq", "-e", "trace=execve", "-e", "status=successful", "-s", "4096", "-o",
                     str(trace), *command], cwd=project, check=True, env=env)
     linked = []
     for process in read_trace(trace):

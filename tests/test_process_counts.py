@@ -89,7 +89,8 @@ class Process:
 
 
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_EXECVE = re.compile(r'^execve\("((?:[^"\\]|\\.)*)", \[(.*)\], ')
+_EXECVE = re.compile(r'^(?:(\d+\.\d+) )?execve\("((?:[^"\\]|\\.)*)", \[(.*)\], ')
+_UNNAMED = re.compile(r'^(?:\d+\.\d+ )?\?\?\?\(')
 
 
 def _unescape(text: str) -> str:
@@ -98,19 +99,22 @@ def _unescape(text: str) -> str:
 
 def read_trace(prefix: Path) -> list[Process]:
     """The programs ``strace -ff -o prefix`` saw started (one file per process, so no line of one is cut
-    by another's), in process-id order. A process that ``exec``s again (a script such as the CUDA 12 tools'
-    ``nvlink``, which execs Python) is one process, named by its first program."""
-    processes = []
-    for log in sorted(prefix.parent.glob(prefix.name + ".*"), key=lambda path: int(path.suffix[1:])):
+    by another's), in the order they started: by ``strace -ttt``'s time stamp where the trace has one
+    (process ids wrap around on a busy machine, so the first program need not have the smallest id), else
+    by process id. A process that ``exec``s again (a script such as the CUDA 12 tools' ``nvlink``, which
+    execs Python) is one process, named by its first program."""
+    started: list[tuple[float, int, Process]] = []
+    for log in prefix.parent.glob(prefix.name + ".*"):
         for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("???("):
+            if _UNNAMED.match(line):
                 continue  # a thread caught mid-syscall as its process ended or exec'd: strace cannot name it
             match = _EXECVE.match(line)
             assert match, f"unexpected strace line in {log}: {line[:200]}"
-            argv = tuple(_unescape(arg) for arg in _STRING.findall(match.group(2)))
-            processes.append(Process(_unescape(match.group(1)), argv))
+            argv = tuple(_unescape(arg) for arg in _STRING.findall(match.group(3)))
+            when = float(match.group(1)) if match.group(1) else 0.0
+            started.append((when, int(log.suffix[1:]), Process(_unescape(match.group(2)), argv)))
             break
-    return processes
+    return [process for _, _, process in sorted(started, key=lambda entry: entry[:2])]
 
 
 @dataclass
@@ -143,7 +147,7 @@ def traced(tmp_path, strace):
     def run(project: Project, *args: str) -> TracedBuild:
         log = tmp_path / f"trace{next(runs)}" / "pid"
         log.parent.mkdir()
-        done = subprocess.run([strace, "-ff", "-qq", "-v", "-s", "65536", "-e", "trace=execve",
+        done = subprocess.run([strace, "-ff", "-ttt", "-qq", "-v", "-s", "65536", "-e", "trace=execve",
                                "-e", "status=successful", "-e", "signal=none", "-o", str(log), SCONS, "-Q", *args],
                               cwd=project.root, capture_output=True, text=True, env=env, check=False)
         build = Build(done.returncode, done.stdout + done.stderr)

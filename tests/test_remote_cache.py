@@ -54,7 +54,7 @@ class Traced:
         self.runs += 1
         log = self.tmp_path / f"trace{self.runs}" / "pid"
         log.parent.mkdir()
-        done = subprocess.run([self.strace, "-ff", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e",
+        done = subprocess.run([self.strace, "-ff", "-ttt", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e",
                                "status=successful", "-e", "signal=none", "-o", str(log), SCONS, "-Q", *args],
                               cwd=root, capture_output=True, text=True, env=env, check=False)
         build = Build(done.returncode, done.stdout + done.stderr)

@@ -80,7 +80,7 @@ class Commands:
         log.parent.mkdir()
         script = " && ".join(shlex.join(command) for command in commands)
         assert self.strace is not None
-        done = subprocess.run([self.strace, "-ff", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e",
+        done = subprocess.run([self.strace, "-ff", "-ttt", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e",
                                "status=successful", "-e", "signal=none", "-o", str(log), "/bin/sh", "-c", script],
                               cwd=root, capture_output=True, text=True, env=env, check=False)
         output = done.stdout + done.stderr
