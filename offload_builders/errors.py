@@ -23,6 +23,10 @@ class ToolchainError(OffloadError):
     """A required tool (Clang, a sibling LLVM tool, ptxas, ...) is missing or unusable."""
 
 
+class MesonBuildDirectoryError(OffloadError):
+    """A Meson build directory's introspection files (``meson-info/``) are missing or not what Meson writes."""
+
+
 class OffloadFormatError(OffloadError):
     """A bundle, offload binary or object file is malformed.
 

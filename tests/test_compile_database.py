@@ -361,27 +361,91 @@ def test_cmake_lists_offload_sources_through_object_libraries_it_never_builds(tm
 
 
 @pytest.mark.slow
-def test_meson_lists_the_openmp_sources_through_a_library_it_never_builds(tmp_path, clangd):
+def test_meson_offload_compdb_lists_every_offload_source_with_mesons_own(tmp_path, clangd):
+    """``ninja offload-compdb`` (the sample's run target: ``offload-compile compdb``) writes Meson's entries and one
+    per source that an ``offload-compile package`` or ``bundle`` command names: OpenMP, HIP (plain and RDC) and
+    CUDA, which Meson cannot list itself; Meson's own file stays as Meson wrote it, and the default build runs
+    none of it. clangd parses the OpenMP, HIP and CUDA entries."""
     project = copy_sample_for_ninja(tmp_path, "meson")
-    _run(project, str(BIN / "meson"), "setup", "build", "meson", "-Doffload_archs=x86_64,gfx90a")
-    entries = json.loads((project / "build" / "compile_commands.json").read_text())
-    offload = {os.path.normpath(os.path.join(entry["directory"], entry["file"])): entry["command"].split()
-               for entry in entries if HOST_VIEW in entry["command"]}
-    assert sorted(offload) == [str(project / "src" / "norm.cpp"), str(project / "src" / "zaxpy.cpp")]
-    zaxpy = offload[str(project / "src" / "zaxpy.cpp")]
-    assert "-fopenmp" in zaxpy and "-fopenmp-targets=amdgcn-amd-amdhsa,x86_64-unknown-linux-gnu" in zaxpy
-    assert any(arg.startswith("--rocm-device-lib-path=") for arg in zaxpy)
-    assert len(entries) == len({entry["output"] for entry in entries})
-    assert "offload_sources" not in _run(project, str(BIN / "ninja"), "-C", "build", "-t", "commands", "all")
+    _run(project, str(BIN / "meson"), "setup", "build", "meson", "-Doffload_archs=x86_64,gfx90a,sm_80")
+    build = project / "build"
+    own = json.loads((build / "compile_commands.json").read_text())
+    assert "offload-compdb" not in _run(project, str(BIN / "ninja"), "-C", "build", "-t", "commands", "all")
+    assert not (build / "offload-compdb").exists()
 
-    clangxx = str(find_toolchain().clangxx)
-    counts = assert_parses(clangd, tmp_path, project, project / "build", project / "src" / "zaxpy.cpp",
-                           [clangxx, "-fopenmp", "--offload-arch=gfx90a", "-O2", "-Iinclude"])
-    print("clangd errors on Meson's entry (ours, the driver's):", counts)
+    _run(project, str(BIN / "ninja"), "-C", "build", "offload-compdb")
+    entries = json.loads((build / "offload-compdb" / "compile_commands.json").read_text())
+    assert json.loads((build / "compile_commands.json").read_text()) == own == entries[:len(own)]
+    by_file = {os.path.relpath(os.path.normpath(os.path.join(entry["directory"], entry["file"])), project): entry
+               for entry in entries}
+    assert len(by_file) == len(entries) == 10
+    offload = {name: by_file[name]["arguments"] for name in (
+        "src/zaxpy.cpp", "src/norm.cpp", "mixed/src/plain.hip", "mixed/src/scale.hip", "mixed/src/rescale.hip",
+        "cuda/src/scale.cu")}
+    assert {"meson/hip_check.cpp", "meson/hip_rdc_check.cpp", "mixed/src/hip_stub.cpp", "meson/cuda_check.cpp"} == \
+        set(by_file) - set(offload)  # Meson's own
+    toolchain = find_toolchain()
+    include = f"-I{project}/meson/../include"
+    assert offload["src/zaxpy.cpp"] == entry_command(
+        toolchain, str(project / "src" / "zaxpy.cpp"), "openmp", parse_offload_archs("x86_64,gfx90a,sm_80"),
+        ["-O2", include], str(build / "offload-compdb" / "zaxpy.cpp.pkg.o"))
+    assert "-fopenmp-targets=amdgcn-amd-amdhsa,nvptx64-nvidia-cuda,x86_64-unknown-linux-gnu" in offload["src/norm.cpp"]
+    plain = offload["mixed/src/plain.hip"]
+    assert plain[1:3] == ["-x", "hip"] and "--offload-arch=gfx90a" in plain and "-nogpuinc" in plain
+    assert "-fgpu-rdc" in offload["mixed/src/scale.hip"] and "--offload-new-driver" in offload["mixed/src/rescale.hip"]
+    cuda = offload["cuda/src/scale.cu"]
+    assert cuda[1:3] == ["-x", "cuda"] and "--offload-arch=sm_80" in cuda
+    assert all(HOST_VIEW in argv for argv in offload.values())
+    assert len({entry["output"] for entry in entries}) == len(entries)
+
+    clangxx = str(toolchain.clangxx)
+    database = build / "offload-compdb"
+    counts = {
+        "openmp": assert_parses(clangd, tmp_path, project, database, project / "src" / "zaxpy.cpp",
+                                [clangxx, "-fopenmp", "--offload-arch=gfx90a,sm_80", "-O2", "-Iinclude"]),
+        "hip": assert_parses(clangd, tmp_path, project, database, project / "mixed" / "src" / "plain.hip",
+                             [clangxx, "-x", "hip", "--offload-arch=gfx90a", "-O2", "-nogpulib", "-nogpuinc",
+                              "-Ihip/include"]),
+        "hip-rdc": assert_parses(clangd, tmp_path, project, database, project / "mixed" / "src" / "scale.hip",
+                                 [clangxx, "-x", "hip", "--offload-arch=gfx90a", "-O2", "-nogpulib", "-nogpuinc",
+                                  "-fgpu-rdc", "-Ihip/include"]),
+        "cuda": assert_parses(clangd, tmp_path, project, database, project / "cuda" / "src" / "scale.cu",
+                              [clangxx, "-x", "cuda", "--offload-arch=sm_80", "-O2", "-Icuda/include"]),
+    }
+    print("clangd errors on the offload-compdb entries (ours, the driver's):", counts)
+
+
+def test_offload_compile_compdb_refuses_what_is_no_meson_build_directory(tmp_path):
+    """One line naming the directory, the file it lacks and what to do; a damaged introspection file, one line
+    naming it; a custom target whose command the tool refuses, one line naming the target and its meson.build."""
+    def compdb(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "offload_builders.cli.compile", "compdb", *args],
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    done = compdb(str(tmp_path))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"'{tmp_path}' is not a Meson build directory" in done.stderr and "meson setup" in done.stderr
+    info = tmp_path / "meson-info"
+    info.mkdir()
+    directories = {"source": str(tmp_path), "build": str(tmp_path)}
+    (info / "meson-info.json").write_text(json.dumps({"directories": directories}))
+    (info / "intro-targets.json").write_text("[{")
+    done = compdb(str(tmp_path))
+    assert done.returncode == 1 and "intro-targets.json: cannot read it" in done.stderr, done.stderr
+    (info / "intro-targets.json").write_text(json.dumps([{
+        "name": "k.pkg", "type": "custom", "defined_in": str(tmp_path / "meson.build"), "filename": ["k.pkg"],
+        "target_sources": [{"compiler": ["/x/offload-compile", "package", "k.cpp", "@INPUT@", "--targets",
+                                         "gfx90a,gfx90a:xnack+", "-o", "@OUTPUT@"], "parameters": []}]}]))
+    done = compdb(str(tmp_path))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"custom target 'k.pkg' ({tmp_path / 'meson.build'})" in done.stderr and "--targets" in done.stderr
+    assert not (tmp_path / "offload-compdb").exists()
+    done = compdb(str(tmp_path), "--", "-O2")
+    assert done.returncode == 1 and "give one Meson build directory" in done.stderr
 
 
 def test_the_docs_page_names_what_it_documents():
     page = (REPO_ROOT / "docs" / "editors.md").read_text()
     for words in ("env.CompilationDatabase()", "CMAKE_EXPORT_COMPILE_COMMANDS", "--offload-host-only",
-                  "--compile-commands-dir", "compdb-args"):
+                  "--compile-commands-dir", "compdb-args", "offload-compdb"):
         assert words in page, words

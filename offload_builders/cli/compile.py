@@ -11,6 +11,7 @@ cache)::
     offload-compile embed   SRC --host-bc X.host.bc --package X.pkg -o X.o [--depfile D] [-- FLAGS]
     offload-compile check   T1,T2 ...        (prints the canonical target-ID list, or fails)
     offload-compile compdb-args SRC --targets T1,T2 [--groups] [-- FLAGS]   (a compile-database entry's arguments)
+    offload-compile compdb  BUILDDIR [-o FILE]   (a Meson build's database with an entry per offload source)
 
 A ``.hip`` source is HIP and a ``.cu`` source CUDA, as in the SCons tool, each with three phases::
 
@@ -129,6 +130,9 @@ USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} compdb-args SRC --targets <ID,...> [--groups] [-- <flags>]   print what the compile-database
                       entry of a source named SRC (its suffix) adds to the flags (one per line; --groups: each
                       option with its value, shell-quoted)
+       {PROG} compdb  <Meson build directory> [-o <file>]   write Meson's compile_commands.json with an entry
+                      for each source its {PROG} package and bundle commands name (default file:
+                      <build directory>/offload-compdb/compile_commands.json)
 HIP (.hip) and CUDA (.cu) sources:
        {PROG} device  SRC --target <ID> -o <code object|cubin> [--cuid <C>] [--source-root <dir>] [--depfile <file>]
                       [-- <flags>]          (CUDA: the PTX is written beside the cubin, <cubin>.ptx)
@@ -165,7 +169,9 @@ With $OFFLOAD_REMOTE=grpc://HOST:PORT/INSTANCE each phase is looked up in that r
 
 #: Dependency-file flags: this tool writes the depfile itself, one per node.
 _DEPENDENCY_FLAGS = ("-M", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG", "-MV", "-Wp,-M")
-_SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check", "compdb-args")
+_SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check", "compdb-args", "compdb")
+#: Where ``compdb`` writes, in the Meson build directory, unless ``-o`` says otherwise.
+MESON_DATABASE = os.path.join("offload-compdb", "compile_commands.json")
 IDENTITY_SUFFIX = ".identity"
 #: A CUDA device node keeps its PTX beside its cubin (``<cubin>.ptx``): Clang 19 puts it in the fat binary.
 PTX_SUFFIX = ".ptx"
@@ -1051,6 +1057,17 @@ def _check(opts: _Options) -> int:
     return 0
 
 
+def _database_model(source: str, flags: Sequence[str]) -> str:
+    """The model of a compile-database entry's ``source``, whose ``flags`` it accepts, else one line."""
+    model = source_model(source)
+    try:
+        if model != OPENMP:
+            (check_hip_flags if model == HIP else check_cuda_flags)(flags)
+    except OffloadError as error:
+        raise UsageError(str(error)) from None
+    return model
+
+
 def _compdb_args(opts: _Options) -> int:
     """What SRC's compile-database entry adds to the flags (:func:`offload_builders.compile_database.added_arguments`:
     the model's mode, the targets, the tool's device-library and header flags, the host view), one argument per line
@@ -1064,20 +1081,75 @@ def _compdb_args(opts: _Options) -> int:
     if not opts.positional:
         raise UsageError("compdb-args: no source file given")
     source = opts.positional[0]
-    model = source_model(source)
     targets = _target_list(opts)
     try:
-        if model != OPENMP:
-            (check_hip_flags if model == HIP else check_cuda_flags)(opts.flags)
+        model = _database_model(source, opts.flags)
         added = added_arguments(find_toolchain(), source, model, targets, opts.flags)
-    except OffloadError as error:
+    except (UsageError, OffloadError) as error:
         raise UsageError(f"compdb-args: {error}") from None
     print("\n".join(shell_groups(added) if opts.groups else added))
     return 0
 
 
+def _offload_call(argv: Sequence[str]) -> list[str] | None:
+    """The arguments of this tool's ``package`` or ``bundle`` in a custom command (run as ``offload-compile`` or
+    ``python -m offload_builders.cli.compile``), else None: each offload source has one, naming the source, all
+    its targets and its flags."""
+    for index, word in enumerate(argv):
+        if os.path.basename(word) == PROG or (word == __name__ and index and argv[index - 1] == "-m"):
+            rest = list(argv[index + 1:])
+            return rest if rest and rest[0] in ("package", "bundle") else None
+    return None
+
+
+def _compdb(opts: _Options) -> int:
+    """Write a Meson build directory's compile database with an entry per offload source: Meson's own entries
+    (:mod:`offload_builders.meson_introspection`), then, for each source that a custom target's ``package`` or
+    ``bundle`` command of this tool names and Meson does not list, the driver command of its nodes (the host view,
+    :mod:`offload_builders.compile_database`). Its own file, which Meson's set-up never rewrites: a language
+    server reads it with ``--compile-commands-dir``."""
+    import json
+
+    from offload_builders.compile_database import entry_command
+    from offload_builders.meson_introspection import custom_commands, merged, own_entries
+
+    _refuse(opts, "depfile", "target", "targets", "host_bc", "package", "fatbin", "cuid", "source_root",
+            why="is for the compile phases; compdb reads a Meson build directory")
+    if len(opts.positional) != 1 or opts.flags:
+        raise UsageError("compdb: give one Meson build directory and nothing after it (e.g. compdb build)")
+    build_dir = os.path.abspath(opts.positional[0])
+    output = os.path.abspath(opts.output or os.path.join(build_dir, MESON_DATABASE))
+    try:
+        commands, own = custom_commands(build_dir), own_entries(build_dir)
+    except OffloadError as error:
+        raise UsageError(f"compdb: {error}") from None
+    added: list[dict[str, object]] = []
+    for command in commands:
+        call = _offload_call(command.argv)
+        if call is None:
+            continue
+        where = f"compdb: custom target '{command.target}' ({command.defined_in})"
+        try:
+            phase = _parse(call)
+            if not phase.positional or phase.targets is None:
+                raise UsageError(f"{phase.command} names no source or no --targets")
+            source = os.path.normpath(os.path.join(build_dir, phase.positional[0]))
+            phase.positional[0] = source
+            model = _database_model(source, phase.flags)
+            # -o in the database's own directory, named after the (unique) target: nothing a build reads
+            object_name = os.path.join(os.path.dirname(output), command.target + ".o")
+            argv = entry_command(find_toolchain(), source, model, _target_list(phase), phase.flags, object_name)
+        except (UsageError, OffloadError) as error:
+            raise UsageError(f"{where}: {error}") from None
+        added.append({"directory": build_dir, "file": source, "arguments": argv, "output": object_name})
+    entries = merged(own, added)
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    _commit_text(output, json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
 _PHASES = {"host": _host, "device": _device, "package": _package, "embed": _embed, "bundle": _bundle,
-           "check": _check, "compdb-args": _compdb_args}
+           "check": _check, "compdb-args": _compdb_args, "compdb": _compdb}
 
 
 def _main(opts: _Options) -> int:
