@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ from offload_builders.formats import cubin as cubin_format
 from offload_builders.formats.bundle_id import TripleKey, split_triple
 from offload_builders.targets import (
     AMDGPU_TRIPLE,
+    MODEL_TARGET_KINDS,
     TargetID,
     amdgpu_processor,
     generic_processor,
@@ -82,11 +83,7 @@ ALL_RUNTIMES: frozenset[str] = frozenset({"hip", "openmp", "cuda"})
 #: The devices each runtime loads images for: OpenMP's offload to any device; a HIP fat binary
 #: (``.hip_fatbin``) holds AMD code only (HIP on NVIDIA builds CUDA fat binaries), CUDA's NVIDIA code only.
 #: A mixed program's module of one runtime is not judged for the other vendor's devices.
-DEVICE_KINDS_OF_RUNTIME: dict[str, frozenset[str]] = {
-    "openmp": frozenset({"amdgpu", "nvptx", "host-cpu"}),
-    "hip": frozenset({"amdgpu"}),
-    "cuda": frozenset({"nvptx"}),
-}
+DEVICE_KINDS_OF_RUNTIME: Mapping[str, frozenset[str]] = MODEL_TARGET_KINDS  # a runtime is named after its model
 #: Tiers in the order a runtime tries them.
 NATIVE, GENERIC, JIT = "native", "generic", "jit"
 TIERS = (NATIVE, GENERIC, JIT)

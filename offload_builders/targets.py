@@ -25,10 +25,11 @@ from __future__ import annotations
 import functools
 import re
 from collections import UserList
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from offload_builders.errors import TargetIDError
+from offload_builders.phase_table import CUDA, HIP, OPENMP
 
 HOST_CPU_TRIPLE = "x86_64-unknown-linux-gnu"
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
@@ -532,7 +533,25 @@ def is_target_name(value: str) -> bool:
     """Whether ``value`` (a triple or arch from an input file) may be part of a file name (see ``_TARGET_NAME``)."""
     return bool(_TARGET_NAME.fullmatch(value))
 
+#: The one rule for which targets an offload model takes (:attr:`TargetID.kind`): OpenMP every kind, HIP the AMDGPU
+#: ones, CUDA the NVPTX ones. The SCons tool, ``offload-compile`` (and through ``offload-compile check --model``,
+#: the CMake module) and run-time image selection (a runtime loads the images of its model's kinds) read it.
+MODEL_TARGET_KINDS: Mapping[str, frozenset[str]] = {
+    OPENMP: frozenset({"host-cpu", "amdgpu", "nvptx"}),
+    HIP: frozenset({"amdgpu"}),
+    CUDA: frozenset({"nvptx"}),
+}
+
+
+def model_targets(model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
+    """The targets of ``targets`` (in their order) that ``model`` compiles for (:data:`MODEL_TARGET_KINDS`)."""
+    kinds = MODEL_TARGET_KINDS[model]
+    return tuple(tid for tid in targets if tid.kind in kinds)
+
+
 __all__ = [
+    "MODEL_TARGET_KINDS",
+    "model_targets",
     "is_target_name",
     "ACCEPTED_ARCH_LISTS",
     "AMDGPU_PROCESSORS",

@@ -342,6 +342,28 @@ def test_offload_compile_check_resolves_native_at_every_command(tmp_path, gpus):
     assert done.stderr.startswith("offload-compile: error: check (native = gfx1999): invalid target ID 'gfx1999'")
 
 
+def test_offload_compile_check_model_keeps_the_targets_that_model_takes(tmp_path, gpus):
+    """``check --model`` (the CMake module's offload_archs(<var> HIP|CUDA)): the one model-to-kinds rule, the list's
+    canonical order; a model with none of the targets gets an empty line, ``native`` too (a machine with NVIDIA
+    GPUs only has no HIP target: no error); an unknown model, or --model on another subcommand, one line."""
+    listed = "x86_64,sm_80,gfx90a:xnack+,gfx942"
+    for model, expected in (("openmp", "gfx90a:xnack+,gfx942,sm_80,x86_64"), ("HIP", "gfx90a:xnack+,gfx942"),
+                            ("cuda", "sm_80")):
+        done = offload_compile(tmp_path, "check", "--model", model, listed, environ=gpus.environ)
+        assert (done.returncode, done.stdout, done.stderr) == (0, expected + "\n", ""), model
+    gpus.set(amd=None, nv=["sm_90"])
+    done = offload_compile(tmp_path, "check", "--model", "hip", "native", environ=gpus.environ)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "\n", "")
+    done = offload_compile(tmp_path, "check", "--model", "cuda", "native,x86_64", environ=gpus.environ)
+    assert (done.returncode, done.stdout) == (0, "sm_90\n")
+    done = offload_compile(tmp_path, "check", "--model", "fortran", listed, environ=gpus.environ)
+    assert done.returncode == 1 and done.stderr == ("offload-compile: error: --model: unknown offload model"
+                                                    " 'fortran'; use openmp, hip or cuda\n")
+    done = offload_compile(tmp_path, "compdb-args", "--model", "hip", "x.hip", "--targets", "gfx90a",
+                           environ=gpus.environ)
+    assert done.returncode == 1 and "--model is for check" in done.stderr
+
+
 @pytest.mark.parametrize("bin_dir", [LLVM19_BIN, LLVM22_BIN], ids=["clang19", "clang22"])
 def test_offload_compile_check_with_the_real_tools_of_this_machine(tmp_path, bin_dir):
     done = offload_compile(tmp_path, "check", "native", environ=dict(os.environ, OFFLOAD_CLANG=str(bin_dir / "clang")))

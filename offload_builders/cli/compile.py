@@ -112,7 +112,7 @@ from offload_builders.native_targets import (
 )
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.source_identity import file_identity
-from offload_builders.targets import TargetID, parse_offload_archs, parse_target_id
+from offload_builders.targets import MODEL_TARGET_KINDS, TargetID, model_targets, parse_offload_archs, parse_target_id
 from offload_builders.toolchain import find_toolchain, user_cache
 
 if TYPE_CHECKING:
@@ -126,7 +126,8 @@ USAGE: {PROG} host    SRC -o <host.bc> [--depfile <file>] [-- <compile flags>]
        {PROG} device  SRC --host-bc <host.bc> --target <ID> -o <out> [--depfile <file>] [-- <compile flags>]
        {PROG} package SRC --targets <ID,...> -o <pkg> <image per target...> [--depfile <file>] [-- <flags>]
        {PROG} embed   SRC --host-bc <host.bc> --package <pkg> -o <obj> [--depfile <file>] [-- <compile flags>]
-       {PROG} check   <ID,...>...   print the canonical target-ID list (comma-separated), or fail
+       {PROG} check   [--model openmp|hip|cuda] <ID,...>...   print the canonical target-ID list (comma-separated;
+                      --model: the targets that model compiles for, possibly none), or fail
        {PROG} compdb-args SRC --targets <ID,...> [--groups] [-- <flags>]   print what the compile-database
                       entry of a source named SRC (its suffix) adds to the flags (one per line; --groups: each
                       option with its value, shell-quoted)
@@ -191,6 +192,7 @@ class _Options:
     fatbin: str | None = None
     cuid: str | None = None
     source_root: str | None = None
+    model: str | None = None
     cmake_dir: bool = False
     absolute_depfile: bool = False
     groups: bool = False
@@ -201,7 +203,7 @@ class _Options:
 _PARSER = Parser(PROG, [
     Option("-o", dest="output"),
     *(Option(name) for name in ("--depfile", "--target", "--targets", "--host-bc", "--package", "--fatbin",
-                                "--cuid", "--source-root")),
+                                "--cuid", "--source-root", "--model")),
     Option("--cmake-dir", action=FLAG),
     Option("--absolute-depfile", action=FLAG),
     Option("--groups", action=FLAG),
@@ -1047,13 +1049,16 @@ def _gpu_host(opts: _Options, model: str) -> int:
 def _check(opts: _Options) -> int:
     if not opts.positional:
         raise UsageError("check: no target IDs given (e.g. x86_64,gfx90a)")
-    # native: this machine's GPUs, asked now (CMake's configure runs this)
+    model = (opts.model or OPENMP).lower()
+    if model not in MODEL_TARGET_KINDS:
+        raise UsageError(f"--model: unknown offload model '{opts.model}'; use openmp, hip or cuda")
+    # native: this machine's GPUs (all of them: --model picks its own below), asked now (CMake's configure runs this)
     words, where, _ = _with_native(opts.positional, "check", OPENMP, "OFFLOAD_ARCHS=sm_90,gfx90a")
     try:
         targets = parse_offload_archs(words)
     except OffloadError as error:
         raise UsageError(f"{where}: {error}") from None
-    print(",".join(str(target) for target in targets))
+    print(",".join(str(target) for target in model_targets(model, targets)))
     return 0
 
 
@@ -1159,6 +1164,8 @@ def _main(opts: _Options) -> int:
     if not opts.command:
         raise UsageError(f"no subcommand given; expected one of {', '.join(_SUBCOMMANDS)} (see --help)")
     _check_flags(opts.flags)
+    if opts.model is not None and opts.command != "check":
+        raise UsageError(f"{opts.command}: --model is for check (a source's model is its suffix's)")
     if opts.source_root is not None and not os.path.isdir(opts.source_root):
         raise UsageError(f"--source-root: '{opts.source_root}' is not a directory")
     return _PHASES[opts.command](opts)

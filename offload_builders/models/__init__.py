@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from offload_builders.errors import OffloadError, ToolchainError
 from offload_builders.models.openmp import LANGUAGE_BY_SUFFIX
 from offload_builders.phase_table import CUDA, HIP, OPENMP
-from offload_builders.targets import TargetID
+from offload_builders.targets import MODEL_TARGET_KINDS, TargetID, model_targets
 
 #: Suffixes whose model the suffix decides, whatever ``$OFFLOAD_MODEL`` says.
 SUFFIX_MODELS: Mapping[str, str] = {".hip": HIP, ".cu": CUDA}
@@ -30,12 +30,8 @@ CHOSEN_MODEL_SUFFIXES: tuple[str, ...] = tuple(LANGUAGE_BY_SUFFIX)
 CHOOSABLE_MODELS: tuple[str, ...] = (OPENMP, HIP, CUDA)
 BUILT_MODELS: tuple[str, ...] = (OPENMP, HIP, CUDA)
 
-#: The target kinds (:attr:`TargetID.kind`) each model compiles for.
-TARGET_KINDS: Mapping[str, tuple[str, ...]] = {
-    OPENMP: ("host-cpu", "amdgpu", "nvptx"),
-    HIP: ("amdgpu",),
-    CUDA: ("nvptx",),
-}
+#: The target kinds (:attr:`TargetID.kind`) each model compiles for: the one rule, :data:`MODEL_TARGET_KINDS`.
+TARGET_KINDS = MODEL_TARGET_KINDS
 
 #: How a model's targets are described in an error.
 _KIND_WORDS = {OPENMP: "any", HIP: "AMDGPU (e.g. gfx90a)", CUDA: "NVPTX (e.g. sm_90)"}
@@ -56,12 +52,6 @@ def source_model(source: str, chosen: str) -> str:
     """The model that compiles ``source``: its suffix's (``.hip``, ``.cu``), else ``chosen``
     (``$OFFLOAD_MODEL``)."""
     return SUFFIX_MODELS.get(os.path.splitext(source)[1]) or check_chosen_model(chosen)
-
-
-def model_targets(model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
-    """The targets of ``targets`` (``$OFFLOAD_ARCHS``, in its order) that ``model`` compiles for."""
-    kinds = TARGET_KINDS[model]
-    return tuple(tid for tid in targets if tid.kind in kinds)
 
 
 def source_targets(source: str, model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:

@@ -70,6 +70,8 @@ from offload_builders.scons.rendering import Renderer, compile_flags, mark_model
 from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
 from offload_builders.scons.variables import (
     model_targets_for,
+    node_target,
+    node_targets,
     phase_model,
     rdc_selected,
     set_default,
@@ -77,9 +79,8 @@ from offload_builders.scons.variables import (
     toolchain_exists,
     toolchain_for,
     user_error,
-    word_value,
 )
-from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.targets import TargetID
 
 _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_CUDA_FLAGS": [],
@@ -130,7 +131,7 @@ def _original(env, source) -> list:
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> CudaDeviceSteps:
     """``tid``'s (default: the node's ``$OFFLOAD_TARGET``) device steps, once per node, source, mode and target:
     a device node's compile and ``ptxas`` ask, and a fat binary's command for each of its targets."""
-    tid = tid if tid is not None else parse_target_id(word_value(env, "OFFLOAD_TARGET"))
+    tid = tid if tid is not None else node_target(env)
     return node_memo(target, ("cuda device steps", str(source[0]), bool(for_signature), str(tid)),
                      lambda: _device_steps_for(env, tid, _rendered_flags(env, target, source, for_signature)))
 
@@ -165,7 +166,7 @@ def _assemble_cmd(target, source, env, for_signature):
 def _fatbinary_cmd(target, source, env, for_signature):
     """The sources are each target's (PTX, cubin) pair, in fat-binary order."""
     original = _original(env, source)
-    tids = [parse_target_id(text) for text in env["_OFFLOAD_BUNDLE_TARGETS"]]
+    tids = node_targets(env, "_OFFLOAD_BUNDLE_TARGETS")
     pairs = list(zip(source[0::2], source[1::2]))
     images = [(_device_steps(env, target, original, for_signature, tid), str(ptx), str(cubin))
               for tid, (ptx, cubin) in zip(tids, pairs)]
@@ -177,8 +178,8 @@ def _fatbinary_cmd(target, source, env, for_signature):
 def _package_cmd(target, source, env, for_signature):
     """RDC: the sources are each target's relocatable cubin, in target order."""
     original = _original(env, source)
-    images = [(_device_steps(env, target, original, for_signature, parse_target_id(text)), str(node))
-              for node, text in zip(source, env["_OFFLOAD_BUNDLE_TARGETS"])]
+    images = [(_device_steps(env, target, original, for_signature, tid), str(node))
+              for node, tid in zip(source, node_targets(env, "_OFFLOAD_BUNDLE_TARGETS"))]
     return package_command(toolchain_for(env), images, partial_path(env, target[0]))
 
 
@@ -249,11 +250,11 @@ def _object_emitter(target, source, env):
         cubin = directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem, target=tid.file_token))
         ptx = directory.File(node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token,
                                        suffix=steps.compile_suffix))
-        made += _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
+        made += _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": tid}),  # one per target
                                 [cubin, ptx], [src])
         images += [ptx, cubin]
         cubins.append(cubin)
-    order = tuple(str(tid) for tid in plans)
+    order = tuple(plans)
     if host.fatbinary is None:
         # OpenMP's in-process package writer reads OpenMP's variables: CUDA runs the packager.
         packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}

@@ -226,7 +226,7 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
     for tid in targets:
         names = {"program": stem, "target": tid.file_token}
         extracts.extend(EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, OPENMP, LINK, **names))],
-                                        inputs, OFFLOAD_TARGET=str(tid)))
+                                        inputs, OFFLOAD_TARGET=tid))
     plan = _GROUPS_BUILDER(env, [directory.File(node_name(Phase.GROUPS, OPENMP, LINK, program=stem))],
                            extracts + list(inputs), _OFFLOAD_WRAP_TARGETS=labels,
                            _OFFLOAD_GROUPS_VERSION=image_groups.PLAN_VERSION)
@@ -235,7 +235,7 @@ def program_group_nodes(env, program, inputs, targets: Sequence[TargetID], wrap_
         names = {"program": stem, "target": tid.file_token}
         name = node_name(Phase.GROUPLINK, OPENMP, LINK, **names)
         image = _GROUPLINK_BUILDER(env, [directory.File(name), directory.File(name + POOL_FILE_SUFFIX)],
-                                   [extract, plan[0]], OFFLOAD_TARGET=str(tid))
+                                   [extract, plan[0]], OFFLOAD_TARGET=tid)
         program_run = probe_device_link(image[0], tid)
         if program_run is not None:  # the linker, as the compile nodes name their programs
             depend_on_stamps(image, [program_run])

@@ -112,6 +112,8 @@ from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_envi
 from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_device_libraries
 from offload_builders.scons.variables import (
     model_targets_for,
+    node_target,
+    node_targets,
     phase_model,
     rdc_selected,
     set_default,
@@ -119,9 +121,8 @@ from offload_builders.scons.variables import (
     toolchain_exists,
     toolchain_for,
     user_error,
-    word_value,
 )
-from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.targets import TargetID
 
 if TYPE_CHECKING:
     from offload_builders.formats.compressed import CompressionOptions
@@ -191,7 +192,7 @@ def _with_defaults(env, tid: TargetID, flags: tuple[str, ...]) -> tuple[str, ...
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> HipDeviceSteps:
     """``tid``'s (default: the node's ``$OFFLOAD_TARGET``) device steps, once per node, source, mode and target:
     a device node's compile and link ask, and a fat binary's command for each of its targets."""
-    tid = tid if tid is not None else parse_target_id(word_value(env, "OFFLOAD_TARGET"))
+    tid = tid if tid is not None else node_target(env)
     return node_memo(target, ("hip device steps", str(source[0]), bool(for_signature), str(tid)),
                      lambda: _device_steps_for(env, tid, _rendered_flags(env, target, source, for_signature)))
 
@@ -246,8 +247,8 @@ def _object_devicelink_cmd(target, source, env, for_signature):
 @Renderer
 def _package_cmd(target, source, env, for_signature):
     original = _original(env, source)
-    images = [(_device_steps(env, target, original, for_signature, parse_target_id(tid_text)), str(node))
-              for node, tid_text in zip(source, env["_OFFLOAD_BUNDLE_TARGETS"])]
+    images = [(_device_steps(env, target, original, for_signature, tid), str(node))
+              for node, tid in zip(source, node_targets(env, "_OFFLOAD_BUNDLE_TARGETS"))]
     return _hip_model(env).package_command(images, partial_path(env, target[0]))
 
 
@@ -282,8 +283,8 @@ def _bundle_plan(target, source, env, for_signature: bool) -> tuple[FatbinSpec, 
     spec = _host_steps(env, target, original, for_signature).fatbin
     assert spec is not None
     ids = [spec.host_id] + [
-        _device_steps(env, target, original, for_signature, parse_target_id(tid_text)).bundle_id or ""
-        for tid_text in env["_OFFLOAD_BUNDLE_TARGETS"]]
+        _device_steps(env, target, original, for_signature, tid).bundle_id or ""
+        for tid in node_targets(env, "_OFFLOAD_BUNDLE_TARGETS")]
     return spec, ids, _compression(env, spec)
 
 
@@ -378,12 +379,12 @@ def _object_emitter(target, source, env):
         else:  # the code object, of the device object the node's compile writes for its link
             builder = _DEVICE_AND_LINK_BUILDER
             name = node_name(Phase.DEVICELINK, HIP, stem=stem, target=tid.file_token)
-        device = builder(override_environment(env, {"OFFLOAD_TARGET": str(tid)}),  # one per target
+        device = builder(override_environment(env, {"OFFLOAD_TARGET": tid}),  # one per target
                          [directory.File(name)], [src])
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
         made.extend(device)
         images.extend(device)
-    order = tuple(str(tid) for tid in plans)
+    order = tuple(plans)
     if host.rdc:
         # OpenMP's in-process package writer reads OpenMP's variables: HIP runs the packager.
         packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}

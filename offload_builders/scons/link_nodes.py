@@ -27,8 +27,15 @@ from offload_builders.phase_table import LINK, Phase, node_name
 from offload_builders.scons.actions import SHELL_SPAWN, PhaseCommandAction, function_phase, spawn_keeping_stderr
 from offload_builders.scons.outputs import CLEAN_LEFTOVERS, clean_leftovers, partial_path
 from offload_builders.scons.rendering import Renderer
-from offload_builders.scons.variables import deploy_devices, probe_cache_for, target_flags, toolchain_for, user_error
-from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.scons.variables import (
+    deploy_devices,
+    node_target,
+    probe_cache_for,
+    target_flags,
+    toolchain_for,
+    user_error,
+)
+from offload_builders.targets import TargetID
 
 
 class OffloadLinkWarning(SCons.Warnings.WarningOnByDefault):
@@ -111,7 +118,7 @@ def extract_device_inputs(target, source, env, choose: Callable[..., list[linkin
     """An extract node's action: scan the link inputs (once per build for all targets), let the model's
     ``choose(target, env, scanned, tid, key)`` pick one target's device files (it raises ``BuildError``
     for what stops the link), and write them to the node's device input file."""
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    tid = node_target(env)
     try:
         files = choose(target, env, scanned_inputs([str(node) for node in source]), tid, linking.group_key(tid))
         linking.write_device_inputs(files, partial_path(env, target[0]))
@@ -181,7 +188,7 @@ class _DeviceLinkCommandAction(PhaseCommandAction):
 @Renderer
 def device_link_cmd(target, source, env, for_signature):
     """The device link of one target; nothing to run when no input has device code for it."""
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    tid = node_target(env)
     if for_signature:
         inputs = [str(source[0])]
     elif not os.path.exists(str(source[0])):
@@ -254,7 +261,7 @@ def device_link_level(target, source, env, for_signature):
 
 def target_link_flags(target, source, env, for_signature):
     """``$OFFLOAD_TARGET_LINKFLAGS[target]``: device-link flags for one target ID."""
-    return target_flags(env, parse_target_id(env.subst("$OFFLOAD_TARGET")), "OFFLOAD_TARGET_LINKFLAGS")
+    return target_flags(env, node_target(env), "OFFLOAD_TARGET_LINKFLAGS")
 
 
 EXTRACT_BUILDER = SCons.Builder.Builder(action=function_phase("EXTRACT"), emitter=CLEAN_LEFTOVERS)
@@ -312,9 +319,9 @@ def program_link_nodes(env, program, inputs, targets: Sequence[TargetID], model:
     for tid in targets:
         names = {"program": stem, "target": tid.file_token}
         device_inputs = EXTRACT_BUILDER(env, [directory.File(node_name(Phase.EXTRACT, model, LINK, **names))], inputs,
-                                        OFFLOAD_TARGET=str(tid))
+                                        OFFLOAD_TARGET=tid)
         image = DEVICE_LINK_BUILDER(env, [directory.File(node_name(Phase.DEVICELINK, model, LINK, **names))],
-                                    device_inputs, OFFLOAD_TARGET=str(tid), **link_overrides)
+                                    device_inputs, OFFLOAD_TARGET=tid, **link_overrides)
         if probe:
             probe_device_link(image[0], tid)
         images.extend(image)

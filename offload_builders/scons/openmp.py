@@ -44,6 +44,7 @@ from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_
 from offload_builders.scons.variables import (
     deploy_devices,
     model_targets_for,
+    node_target,
     phase_model,
     set_default,
     target_flags,
@@ -52,7 +53,7 @@ from offload_builders.scons.variables import (
     warn_unmatched_keys,
 )
 from offload_builders.source_identity import identity_signature
-from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.targets import TargetID
 
 #: The source suffixes of this model (C and C++), each with the language the driver is told.
 SOURCE_SUFFIXES: tuple[str, ...] = tuple(LANGUAGE_BY_SUFFIX)
@@ -103,13 +104,11 @@ def _host_steps(env, target, source, for_signature: bool) -> HostSteps:
 def _device_steps(env, target, source, for_signature: bool) -> DeviceSteps:
     def make() -> DeviceSteps:
         language, flags = _object_flags(env, target, source, for_signature)
-        # our emitters set $OFFLOAD_TARGET to the target ID itself: no substitution needed then
-        text = selected if isinstance(selected, str) and "$" not in selected else env.subst("$OFFLOAD_TARGET")
-        tid = parse_target_id(text)
+        tid = node_target(env)
         return _object_model(env, target).device_steps(tid, language, flags + tuple(target_flags(env, tid)))
 
-    selected = env.get("OFFLOAD_TARGET")
-    key = ("device", str(source[0]), bool(for_signature), selected if isinstance(selected, str) else None)
+    selected = env.get("OFFLOAD_TARGET")  # the emitters' TargetID: one memo per node and target
+    key = ("device", str(source[0]), bool(for_signature), selected if isinstance(selected, TargetID) else None)
     return make() if key[-1] is None else _object_memo(target, key, make)
 
 
@@ -295,7 +294,7 @@ def object_emitter(target, source, env):
         else:
             builder = _NVPTX_DEVICE_BUILDER
             name = node_name(Phase.ASSEMBLE, OPENMP, stem=stem, target=tid.file_token, suffix=steps.image_suffix)
-        device = builder(override_environment(env, {"OFFLOAD_TARGET": str(tid), **overrides}),
+        device = builder(override_environment(env, {"OFFLOAD_TARGET": tid, **overrides}),
                          [directory.File(name)], [src] + host_bc)
         depend_on_program(env, device, overrides, steps.compile)
         if steps.assemble is not None:

@@ -65,8 +65,14 @@ from offload_builders.scons.link_nodes import (
 from offload_builders.scons.outputs import CLEAN_LEFTOVERS, clean_leftovers, partial_path
 from offload_builders.scons.rendering import node_model
 from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_stamps
-from offload_builders.scons.variables import model_targets_for, selected_targets, toolchain_for, warn_unmatched_keys
-from offload_builders.targets import TargetID, parse_target_id
+from offload_builders.scons.variables import (
+    model_targets_for,
+    node_target,
+    selected_targets,
+    toolchain_for,
+    warn_unmatched_keys,
+)
+from offload_builders.targets import MODEL_TARGET_KINDS, TargetID, parse_target_id
 
 
 def _model(env) -> str:
@@ -74,9 +80,6 @@ def _model(env) -> str:
     chosen = env.subst("$OFFLOAD_MODEL")
     return chosen if chosen in (HIP, CUDA) else OPENMP
 
-
-#: The GPU target kind each offload kind other than OpenMP compiles for (OpenMP compiles for all, x86_64 too).
-_TARGET_KINDS = {CUDA: "nvptx", HIP: "amdgpu"}
 
 #: How a HIP or CUDA object's device side is named when it is relocatable device code (an offload binary).
 _PACKAGE_SUFFIX = row(Phase.PACKAGE, CUDA).node.format(stem="")
@@ -242,7 +245,7 @@ def _lto_job(target, source, env) -> CommandTemplate | None:
     the flags the device link renders now; None where it is not that (the driver then links in one step)."""
     from offload_builders.linking import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
 
-    tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
+    tid = node_target(env)
     flags = [str(f) for f in env.subst_list("$OFFLOAD_DEVICE_LINKFLAGS $_OFFLOAD_TARGET_LINKFLAGS",
                                             target=target, source=source)[0]]
     job = linking.known_device_link(toolchain_for(env), linking.group_key(tid), flags=flags)
@@ -320,8 +323,8 @@ def _runtime_nodes(env, program, inputs, targets: Sequence[TargetID], images: li
             programs = [str(toolchain.cuda_tool("ptxas")), *([str(wrapper)] if wrapper else [])]
         names = [program.dir.File(name.format(program=program.name, target=tid.file_token))
                  for name in RUNTIME_NODE_NAMES]
-        symbols = _RUNTIMESYMS_BUILDER(env, names[:2], inputs, OFFLOAD_TARGET=str(tid))
-        runtime = _RUNTIMELINK_BUILDER(env, names[2:], symbols, OFFLOAD_TARGET=str(tid))
+        symbols = _RUNTIMESYMS_BUILDER(env, names[:2], inputs, OFFLOAD_TARGET=tid)
+        runtime = _RUNTIMELINK_BUILDER(env, names[2:], symbols, OFFLOAD_TARGET=tid)
         # The programs it runs, as the compile nodes name theirs: a CUDA or LLVM update relinks the runtime
         # with the user's cubins, which the same update rebuilds (its two files would not change).
         depend_on_stamps(runtime, programs)
@@ -413,8 +416,8 @@ def device_code_link(env, program, source, model: str, known: KnownInputs) -> No
     if HIP in kinds:
         hip.check_runtime(env, [program], source)
     openmp.check_deploy_devices(env)
-    linked = set(known.rdc_kinds) | (set(_TARGET_KINDS) if known.unknown else set())
-    target_kinds = {_TARGET_KINDS[kind] for kind in linked if kind in _TARGET_KINDS}
+    linked = (set(known.rdc_kinds) | ({HIP, CUDA} if known.unknown else set())) - {OPENMP}
+    target_kinds = {kind for linked_model in linked for kind in MODEL_TARGET_KINDS[linked_model]}
     targets = [tid for tid in selected_targets(env) if tid.kind in target_kinds]
     if not targets:
         return

@@ -93,6 +93,29 @@ def phase_model(env, model_class: Callable[[Toolchain, str, ProbeCache | None], 
     return model
 
 
+def node_target(env) -> TargetID:
+    """The target of a per-target node (``$OFFLOAD_TARGET``): the emitters set it to the :class:`TargetID` itself
+    (``str()`` is its canonical text, all that commands and signatures see); text, a user's override, is parsed."""
+    value = env.get("OFFLOAD_TARGET")
+    if isinstance(value, TargetID):
+        return value
+    return _parsed_target(word_value(env, "OFFLOAD_TARGET"), "OFFLOAD_TARGET")
+
+
+def node_targets(env, variable: str) -> list[TargetID]:
+    """The targets a node's images are for, in their order: ``$_OFFLOAD_BUNDLE_TARGETS`` (a fat binary's or
+    package's) or ``$_OFFLOAD_WRAP_TARGETS`` (a program's wrapper and groups), which the emitters set to
+    :class:`TargetID` objects."""
+    return [value if isinstance(value, TargetID) else _parsed_target(str(value), variable) for value in env[variable]]
+
+
+def _parsed_target(text: str, variable: str) -> TargetID:
+    try:
+        return parse_target_id(text)
+    except OffloadError as error:
+        raise SCons.Errors.UserError(f"{variable}: {error}") from None
+
+
 def selected_targets(env) -> tuple[TargetID, ...]:
     """``$OFFLOAD_ARCHS`` parsed, canonicalized and checked (``native``: this machine's GPUs, see
     :func:`native_names`), or one ``UserError`` naming the offenders."""
