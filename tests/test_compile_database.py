@@ -296,6 +296,21 @@ def test_clangd_parses_the_scons_entries_of_each_model(scons_project, clangd, tm
 # --------------------------------------------------------------------------------------------------
 # CMake and Meson: their own databases
 # --------------------------------------------------------------------------------------------------
+def sample_parses(clangd: str, tmp_path: Path, project: Path, database: Path, rdc: bool = False) -> dict:
+    """:func:`assert_parses` for the sample's OpenMP, HIP (and relocatable HIP) and CUDA sources, each against the
+    driver's own command with the sample's flags (run in ``project``); the error counts by model."""
+    clangxx = str(find_toolchain().clangxx)
+    hip = [clangxx, "-x", "hip", "--offload-arch=gfx90a", "-O2", "-nogpulib", "-nogpuinc", "-Ihip/include"]
+    sources = {
+        "openmp": ("src/zaxpy.cpp", [clangxx, "-fopenmp", "--offload-arch=gfx90a,sm_80", "-O2", "-Iinclude"]),
+        "hip": ("mixed/src/plain.hip", hip),
+        **({"hip-rdc": ("mixed/src/scale.hip", [*hip, "-fgpu-rdc"])} if rdc else {}),
+        "cuda": ("cuda/src/scale.cu", [clangxx, "-x", "cuda", "--offload-arch=sm_80", "-O2", "-Icuda/include"]),
+    }
+    return {model: assert_parses(clangd, tmp_path, project, database, project / name, argv)
+            for model, (name, argv) in sources.items()}
+
+
 def _run(project: Path, *argv: str) -> str:
     """``argv`` in ``project`` with this checkout's tools on PATH and Clang as CXX (test_meson's environment)."""
     return run_with_checkout_tools(project, *argv)
@@ -346,18 +361,8 @@ def test_cmake_lists_offload_sources_through_object_libraries_it_never_builds(tm
     everything = _run(project, str(BIN / "ninja"), "-C", "build", "-t", "commands", "all")
     assert ".offload-" not in everything and "zaxpy" in everything
 
-    source_root = project  # the phases run in OFFLOAD_SOURCE_ROOT, the sample's top directory
-    clangxx = str(find_toolchain().clangxx)
-    counts = {
-        "openmp": assert_parses(clangd, tmp_path, source_root, build, project / "src" / "zaxpy.cpp",
-                                [clangxx, "-fopenmp", "--offload-arch=gfx90a,sm_80", "-O2", "-Iinclude"]),
-        "hip": assert_parses(clangd, tmp_path, source_root, build, project / "mixed" / "src" / "plain.hip",
-                             [clangxx, "-x", "hip", "--offload-arch=gfx90a", "-O2", "-nogpulib", "-nogpuinc",
-                              "-Ihip/include"]),
-        "cuda": assert_parses(clangd, tmp_path, source_root, build, project / "cuda" / "src" / "scale.cu",
-                              [clangxx, "-x", "cuda", "--offload-arch=sm_80", "-O2", "-Icuda/include"]),
-    }
-    print("clangd errors on CMake's entries (ours, the driver's):", counts)
+    # the phases run in OFFLOAD_SOURCE_ROOT, the sample's top directory
+    print("clangd errors on CMake's entries (ours, the driver's):", sample_parses(clangd, tmp_path, project, build))
 
 
 @pytest.mark.slow
@@ -398,20 +403,7 @@ def test_meson_offload_compdb_lists_every_offload_source_with_mesons_own(tmp_pat
     assert all(HOST_VIEW in argv for argv in offload.values())
     assert len({entry["output"] for entry in entries}) == len(entries)
 
-    clangxx = str(toolchain.clangxx)
-    database = build / "offload-compdb"
-    counts = {
-        "openmp": assert_parses(clangd, tmp_path, project, database, project / "src" / "zaxpy.cpp",
-                                [clangxx, "-fopenmp", "--offload-arch=gfx90a,sm_80", "-O2", "-Iinclude"]),
-        "hip": assert_parses(clangd, tmp_path, project, database, project / "mixed" / "src" / "plain.hip",
-                             [clangxx, "-x", "hip", "--offload-arch=gfx90a", "-O2", "-nogpulib", "-nogpuinc",
-                              "-Ihip/include"]),
-        "hip-rdc": assert_parses(clangd, tmp_path, project, database, project / "mixed" / "src" / "scale.hip",
-                                 [clangxx, "-x", "hip", "--offload-arch=gfx90a", "-O2", "-nogpulib", "-nogpuinc",
-                                  "-fgpu-rdc", "-Ihip/include"]),
-        "cuda": assert_parses(clangd, tmp_path, project, database, project / "cuda" / "src" / "scale.cu",
-                              [clangxx, "-x", "cuda", "--offload-arch=sm_80", "-O2", "-Icuda/include"]),
-    }
+    counts = sample_parses(clangd, tmp_path, project, build / "offload-compdb", rdc=True)
     print("clangd errors on the offload-compdb entries (ours, the driver's):", counts)
 
 
