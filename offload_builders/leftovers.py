@@ -16,14 +16,16 @@ writes again, because their names are random:
   ``<partial>.package``, which its embed step reads (and their ``.<...>.<pid>.<n>.tmp``), an OpenMP
   NVPTX device node's PTX, ``<partial>.ptx``, which its ``ptxas`` step reads, and a HIP device node's
   device object, ``<partial>.device.o``, which its device link reads (and Clang's temporaries of them);
-* a scratch directory that a node declares, such as the device link's ``<target>.inputs/``.
+* a scratch directory that a node declares, such as the device link's ``<target>.inputs/`` or a static
+  library's ``<target>.ar/``.
 
 Only names made from the node's own target match, so sweeping one node never touches another node's
 files or anything else in the directory. (``ptxas``, ``nvlink`` and ``clang-nvlink-wrapper`` write the
 partial output itself; their other temporaries go to ``$TMPDIR``, which is not the build's to sweep:
 :func:`private_tmpdir` gives each command a ``$TMPDIR`` of its own, removed when it ends, because
 ``clang-nvlink-wrapper`` leaves its ``.s`` and ``.cubin`` temporaries there when a link fails. GNU ``ar``
-writes ``stXXXXXX`` in the archive's directory, a name no node can claim.)
+and ``ranlib`` write ``stXXXXXX`` in the archive's directory, a name no node can claim, so a static library's
+run on an archive inside its scratch directory, ``<target>.ar/``.)
 """
 from __future__ import annotations
 

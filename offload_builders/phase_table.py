@@ -116,7 +116,8 @@ PHASES: tuple[PhaseRow, ...] = (
     PhaseRow(Phase.BUNDLE, (CUDA,), "fat binary", "{stem}.fatbin", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_FATBINARY_CMD"),
     PhaseRow(Phase.PACKAGE, (CUDA,), "package", "{stem}.offload.pkg", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_PACKAGE_CMD"),
     PhaseRow(Phase.HOST, (CUDA,), "host compile", "{stem}{obj}", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_HOST_CC1"),
-    # Both models, the static library.
+    # Both models, the static library. Its command (and ranlib) runs on an archive in <target>.ar/, which
+    # ${TARGET}$OFFLOAD_PARTIAL_SUFFIX names while it runs, where GNU ar's temporary stays if it is killed.
     PhaseRow(Phase.AR, MODELS, "archive", "{program}", Scope.PROGRAM, _L, _CMD,
              "$AR $ARFLAGS ${TARGET}$OFFLOAD_PARTIAL_SUFFIX $SOURCES"),
     # The program: per target ID extract and device link (with $OFFLOAD_IMAGE_GROUPS: the plan, then per target
