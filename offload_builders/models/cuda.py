@@ -40,9 +40,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from offload_builders.driver import (
     CommandTemplate,
@@ -50,14 +49,14 @@ from offload_builders.driver import (
     image_spec,
     is_cc1,
     job_template,
-    memoized,
     probe as driver_probe,
     tool_name,
     value_after,
 )
 from offload_builders.errors import ToolchainError
 from offload_builders.models import reject_reserved_flags, require_target_kind
-from offload_builders.models.hip import PROBE_CUID, RDC_FLAGS, is_rdc
+from offload_builders.models.base import package_command
+from offload_builders.models.gpu import FatbinJob, GpuPhaseModel, is_rdc, mode_flags, pins_cuid
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
@@ -89,6 +88,9 @@ ARCH_LIST_PREFIX = "-D__CUDA_ARCH_LIST__="
 ARCH_LIST_SLOT = "arch_list"
 #: Where CUDA 13 keeps CUB, Thrust and libcu++ (``nvcc`` adds it; Clang does not).
 CCCL_INCLUDE = os.path.join("include", "cccl")
+
+#: Where ``offload-compile device`` keeps a cubin's PTX, which the fat binary holds beside it: ``<cubin>.ptx``.
+KEPT_PTX_SUFFIX = ".ptx"
 
 _IMAGE_RE = re.compile(r"--image=profile=(?P<kind>sm|compute)_(?P<sm>\w+),file=(?P<file>.+)")
 _IMAGE3_RE = re.compile(r"--image3=kind=(?P<kind>elf|ptx),sm=(?P<sm>\w+),file=(?P<file>.+)")
@@ -143,6 +145,11 @@ class CudaDeviceSteps:
     images: tuple[FatbinImage, ...]  # non-RDC: what the fat binary holds; RDC: ()
     image_spec: tuple[str, ...] | None = None  # RDC: the packager's key=value pairs except file=
 
+    @property
+    def second_step(self) -> CommandTemplate:
+        """The job on the device compile's output: ``ptxas``."""
+        return self.assemble
+
 
 @dataclass(frozen=True)
 class CudaHostSteps:
@@ -165,33 +172,32 @@ def fatbin_order(targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
     return tuple(sorted(targets, key=str))
 
 
-class CudaPhaseModel:
+class CudaPhaseModel(GpuPhaseModel):
     """Per-phase CUDA command templates for one toolchain, derived from its driver and memoized.
 
     ``flags`` are the user's driver flags plus :func:`default_flags`.
     """
 
-    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str], cache: ProbeCache | None = None) -> None:
-        self.toolchain = toolchain
-        self.cwd = str(cwd)
-        self.cache = cache
-        self._steps: dict[tuple, Any] = {}
+    host_probe_target = HOST_PROBE_TARGET
+    takes_target_list = True
 
-    @property
-    def driver(self) -> str:
-        return str(self.toolchain.clangxx)
+    def check_flags(self, flags: Iterable[str]) -> None:
+        check_flags(flags)
+
+    def check_targets(self, targets: Iterable[TargetID]) -> None:
+        check_targets(targets)
+
+    def default_flags(self, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
+        """With Clang 19 ``-nocudainc -nocudalib``, with a newer one CUDA 13's ``include/cccl``
+        (:func:`default_flags`); the same for every target."""
+        return default_flags(self.toolchain, flags)
 
     def _jobs(self, targets: Sequence[TargetID], flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         """The driver's jobs for a compile of ``targets`` (one, except :meth:`arch_list`'s probe)."""
         check_targets(targets)
         path = () if self.toolchain.cuda_path is None else (f"--cuda-path={self.toolchain.cuda_path}",)
         arches = tuple(f"--cuda-gpu-arch={target}" for target in targets)
-        if is_rdc(flags):
-            # The new driver does not forward -cuid (it warns it unused), so none is pinned there.
-            mode = (*path, *(f for f in RDC_FLAGS if f not in flags), *arches)
-        else:
-            mode = (*path, *arches, f"-cuid={PROBE_CUID}")
-        return probe(self.driver, (*flags, *mode), self.cwd, self.cache)
+        return probe(self.driver, (*flags, *path, *mode_flags(flags, arches)), self.cwd, self.cache)
 
     def _fail(self, targets: TargetID | Sequence[TargetID], what: str) -> ToolchainError:
         arches = " ".join(f"--cuda-gpu-arch={target}"
@@ -207,13 +213,13 @@ class CudaPhaseModel:
     def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> CudaDeviceSteps:
         """Templates for one target's device compile and ptxas, and the images it puts in the fat binary."""
         flags = tuple(flags)
-        return memoized(self._steps, (target, flags), lambda: self._device_steps(target, flags))
+        return self.memo((target, flags), lambda: self._device_steps(target, flags))
 
     def host_steps(self, flags: Sequence[str] = ()) -> CudaHostSteps:
         """The host compile's template and the fat binary's command; the template's only word that depends on
         the targets is the slot :data:`ARCH_LIST_SLOT` (Clang 20+, see :meth:`arch_list_values`)."""
         flags = tuple(flags)
-        return memoized(self._steps, ("host", flags), lambda: self._host_steps(flags))
+        return self.memo(("host", flags), lambda: self._host_steps(flags))
 
     def arch_list(self, targets: Iterable[TargetID], flags: Sequence[str] = ()) -> str | None:
         """The value of ``-D__CUDA_ARCH_LIST__`` that the driver gives every job of one compile for all of
@@ -223,8 +229,8 @@ class CudaPhaseModel:
         given, flags = tuple(targets), tuple(flags)  # every node of a source asks: keyed as given, sorted once
         if not given:
             raise ValueError("a CUDA compile has at least one target")
-        return memoized(self._steps, ("arch list", given, flags),
-                        lambda: self._arch_list(tuple(sorted(set(given), key=str)), flags))
+        return self.memo(("arch list", given, flags),
+                         lambda: self._arch_list(tuple(sorted(set(given), key=str)), flags))
 
     def arch_list_values(self, template: CommandTemplate, targets: Iterable[TargetID],
                          flags: Sequence[str] = ()) -> dict[str, str]:
@@ -253,7 +259,7 @@ class CudaPhaseModel:
         rdc = is_rdc(flags)
         device = self._one(target, jobs, "device -cc1",
                            [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job])
-        if not rdc and f"-cuid={PROBE_CUID}" not in device:
+        if not rdc and not pins_cuid(device):
             raise self._fail(target, "the device job does not carry the pinned -cuid")
         ptx = value_after(device, "-o") or ""
         ptxas = self._one(target, jobs, "ptxas", [job for job in jobs if tool_name(job).startswith("ptxas")])
@@ -296,7 +302,7 @@ class CudaPhaseModel:
                                     prefix_slots={"-fembed-offload-object=": "package",
                                                   ARCH_LIST_PREFIX: ARCH_LIST_SLOT})
             return CudaHostSteps(template, None)
-        if "-fcuda-include-gpubinary" not in host or f"-cuid={PROBE_CUID}" not in host:
+        if "-fcuda-include-gpubinary" not in host or not pins_cuid(host):
             raise self._fail(target, "the host job does not include a GPU binary with the pinned -cuid")
         compile_template = job_template(host, input_slot="source",
                                         prefix_slots={"-cuid=": "cuid", ARCH_LIST_PREFIX: ARCH_LIST_SLOT},
@@ -316,6 +322,26 @@ class CudaPhaseModel:
                 argv.append(arg)
         return CudaHostSteps(compile_template, CommandTemplate(tuple(argv)))
 
+    def kept_compile_output(self, image: str, rdc: bool) -> str | None:
+        """The PTX beside the cubin (``<cubin>.ptx``), without relocatable device code."""
+        return None if rdc else image + KEPT_PTX_SUFFIX
+
+    def fatbin_job(self, flags: Sequence[str], images: Sequence[tuple[TargetID, str]], output: str, *,
+                   environ: Mapping[str, str]) -> FatbinJob:
+        """The toolkit's ``fatbinary`` of the cubins and, where the driver puts it in, the PTX kept beside each
+        (:meth:`kept_compile_output`)."""
+        host_flags = self.flags_for(self.host_probe_target, flags)
+        cubins, kept, parts = [], [], []
+        for target, cubin in images:
+            steps = self.device_steps(target, self.flags_for(target, flags))
+            ptx = cubin + KEPT_PTX_SUFFIX
+            if any(image.kind == "ptx" for image in steps.images):
+                kept.append(ptx)
+            cubins.append(cubin)
+            parts.append((steps, ptx, cubin))
+        argv = fatbinary_command(self.host_steps(host_flags), parts, output)
+        return FatbinJob((*cubins, *kept), tuple(kept), command=tuple(argv))
+
 
 def fatbinary_command(host: CudaHostSteps, images: Sequence[tuple[CudaDeviceSteps, str, str]],
                       output: str) -> list[str]:
@@ -325,16 +351,6 @@ def fatbinary_command(host: CudaHostSteps, images: Sequence[tuple[CudaDeviceStep
     argv = host.fatbinary.render(output=output)
     for steps, ptx, cubin in images:
         argv += [image.argument(cubin if image.kind == "elf" else ptx) for image in steps.images]
-    return argv
-
-
-def package_command(toolchain: Toolchain, images: Sequence[tuple[CudaDeviceSteps, str]], output: str) -> list[str]:
-    """RDC: the packager call for one source, one ``--image`` (a relocatable cubin) per target in the order given."""
-    argv = [str(toolchain.tool("clang-offload-packager")), "-o", output]
-    for steps, path in images:
-        if steps.image_spec is None:
-            raise ValueError(f"{steps.target}: not an RDC device step")
-        argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
     return argv
 
 

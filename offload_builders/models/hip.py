@@ -34,13 +34,11 @@ This module has no SCons imports.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from offload_builders import device_libraries
 from offload_builders.driver import (
@@ -48,13 +46,24 @@ from offload_builders.driver import (
     image_spec,
     is_cc1,
     job_template,
-    memoized,
     probe as driver_probe,
     tool_name,
     value_after,
 )
 from offload_builders.errors import ToolchainError
 from offload_builders.models import reject_reserved_flags, require_target_kind
+from offload_builders.models.gpu import (
+    CUID_PATTERN,
+    PROBE_CUID,
+    RDC_FLAGS,
+    FatbinJob,
+    GpuPhaseModel,
+    check_cuid,
+    default_cuid,
+    is_rdc,
+    mode_flags,
+    pins_cuid,
+)
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import ProbeCache, Toolchain
 
@@ -65,32 +74,14 @@ if TYPE_CHECKING:  # the bundle and compression writers load where a fat binary 
 HIP_LANGUAGE = "hip"
 HIP_SUFFIXES: tuple[str, ...] = (".hip",)
 
-#: The driver flags of relocatable-device-code mode: device code stays bitcode in an offload binary
-#: (``.llvm.offloading``), linked and registered by the linker wrapper instead of a bundle per object.
-RDC_FLAGS: tuple[str, ...] = ("-fgpu-rdc", "--offload-new-driver")
-
 #: The host compile does not depend on which targets are selected (checked by the tests), so one fixed
 #: target serves for its probe and the probe is shared by every target list.
 HOST_PROBE_TARGET = TargetID("gfx90a")
-
-#: What the probe passes as ``-cuid``; its jobs carry it back, and it becomes the ``cuid`` slot.
-PROBE_CUID = "offloadprobecuid"
 
 #: Flags the user must not pass: the model selects targets and the CUID itself, one node at a time.
 RESERVED_FLAG_PREFIXES: tuple[str, ...] = ("--offload-arch=", "--cuda-gpu-arch=", "--no-offload-arch=",
                                            "-cuid=", "-fuse-cuid=", "--offload-device-only",
                                            "--offload-host-only", "--cuda-device-only", "--cuda-host-only")
-
-
-def is_rdc(flags: Iterable[str]) -> bool:
-    """Whether ``flags`` select relocatable device code (the last ``-f[no-]gpu-rdc`` wins, as in Clang)."""
-    rdc = False
-    for flag in flags:
-        if flag == "-fgpu-rdc":
-            rdc = True
-        elif flag == "-fno-gpu-rdc":
-            rdc = False
-    return rdc
 
 
 def check_flags(flags: Iterable[str]) -> None:
@@ -102,28 +93,6 @@ def check_flags(flags: Iterable[str]) -> None:
 def check_targets(targets: Iterable[TargetID]) -> None:
     """HIP offloads to AMDGPU processors only."""
     require_target_kind(targets, "amdgpu", "HIP", "AMDGPU processors (e.g. gfx90a:xnack+)")
-
-
-#: A CUID becomes part of symbol names (``__hip_cuid_*``, RDC stubs): identifier characters only.
-CUID_PATTERN = re.compile(r"[A-Za-z0-9_]+")
-
-
-def default_cuid(path: str) -> str:
-    """The default CUID of a source: the first 16 hex digits of the MD5 of its path (``/`` separators).
-
-    The SCons tool passes the path relative to the top directory, ``offload-compile`` the path relative to
-    its ``--source-root`` (else the absolute path); either way the value is deterministic, unlike the
-    driver's default, which hashes the whole command line (``-o`` included) and so would tie each target's
-    device compile to all the others.
-    """
-    return hashlib.md5(path.replace(os.sep, "/").encode()).hexdigest()[:16]
-
-
-def check_cuid(value: str) -> str:
-    """``value`` if it is a usable CUID (letters, digits, ``_``), else a :class:`ToolchainError`."""
-    if not CUID_PATTERN.fullmatch(value):
-        raise ToolchainError(f"{value!r} is not a CUID; use letters, digits and '_' only")
-    return value
 
 
 #: The ROCm device libraries a HIP device compile links besides OpenMP's ``ocml`` and ``oclc_*`` set.
@@ -359,6 +328,11 @@ class HipDeviceSteps:
     bundle_id: str | None           # non-RDC: "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+"; RDC: None
     image_spec: tuple[str, ...] | None  # RDC: the packager's key=value pairs except file=; else None
 
+    @property
+    def second_step(self) -> CommandTemplate | None:
+        """The job on the device compile's output: the link to the code object (RDC: none)."""
+        return self.link
+
 
 @dataclass(frozen=True)
 class HipHostSteps:
@@ -393,31 +367,31 @@ def probe(driver: str, flags: tuple[str, ...], cwd: str,
                          what="HIP")
 
 
-class HipPhaseModel:
+class HipPhaseModel(GpuPhaseModel):
     """Per-phase HIP command templates for one toolchain, derived from its driver and memoized.
 
     ``flags`` everywhere are the user's driver flags (``-O2``, ``-I``, ``-nogpulib -nogpuinc``, ...);
     ``-fgpu-rdc`` among them selects RDC mode, to which the model adds ``--offload-new-driver``.
     """
 
-    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str], cache: ProbeCache | None = None) -> None:
-        self.toolchain = toolchain
-        self.cwd = str(cwd)
-        self.cache = cache
-        self._steps: dict[tuple, Any] = {}
+    host_probe_target = HOST_PROBE_TARGET
 
-    @property
-    def driver(self) -> str:
-        return str(self.toolchain.clangxx)
+    def check_flags(self, flags: Iterable[str]) -> None:
+        check_flags(flags)
+
+    def check_targets(self, targets: Iterable[TargetID]) -> None:
+        check_targets(targets)
+
+    def default_flags(self, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
+        """ROCm's device libraries for ``target`` and, without a HIP installation, ``-nogpuinc``
+        (:func:`default_flags`)."""
+        return default_flags(self.toolchain, target, flags)
 
     def probe_flags(self, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
         """The flags a one-target probe passes: the user's, the mode's, the target and (non-RDC) the CUID."""
         check_flags(flags)
         check_targets([target])
-        if is_rdc(flags):
-            # The new driver does not forward -cuid (it warns it unused), so none is pinned there.
-            return (*flags, *(f for f in RDC_FLAGS if f not in flags), f"--offload-arch={target}")
-        return (*flags, f"--offload-arch={target}", f"-cuid={PROBE_CUID}")
+        return (*flags, *mode_flags(flags, (f"--offload-arch={target}",)))
 
     def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         return probe(self.driver, self.probe_flags(target, flags), self.cwd, self.cache)
@@ -435,19 +409,19 @@ class HipPhaseModel:
     def _cuid_slots(self, job: Sequence[str], target: TargetID, rdc: bool) -> dict[str, str]:
         if rdc:
             return {}
-        if f"-cuid={PROBE_CUID}" not in job:
+        if not pins_cuid(job):
             raise self._fail(target, "a -cc1 job does not carry the pinned -cuid")
         return {"-cuid=": "cuid"}
 
     def device_steps(self, target: TargetID, flags: Sequence[str] = ()) -> HipDeviceSteps:
         """Templates for one target's device compile (and, non-RDC, its code-object link)."""
         flags = tuple(flags)
-        return memoized(self._steps, (target, flags), lambda: self._device_steps(target, flags))
+        return self.memo((target, flags), lambda: self._device_steps(target, flags))
 
     def host_steps(self, flags: Sequence[str] = ()) -> HipHostSteps:
         """The host compile's template (independent of the targets) and, non-RDC, the bundler's parameters."""
         flags = tuple(flags)
-        return memoized(self._steps, ("host", flags), lambda: self._host_steps(flags))
+        return self.memo(("host", flags), lambda: self._host_steps(flags))
 
     def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
         rdc = is_rdc(flags)
@@ -517,15 +491,31 @@ class HipPhaseModel:
             compression_level=_int_option(job, "-compression-level="),
         )
 
-    def package_command(self, images: Sequence[tuple[HipDeviceSteps, str]], output: str) -> list[str]:
-        """RDC: the packager call for one source, one ``--image`` per target in the order given."""
-        packager = self.toolchain.tool("clang-offload-packager")
-        argv = [str(packager), "-o", output]
-        for steps, path in images:
-            if steps.image_spec is None:
-                raise ValueError(f"{steps.target}: not an RDC device step")
-            argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
-        return argv
+    def fatbin_job(self, flags: Sequence[str], images: Sequence[tuple[TargetID, str]], output: str, *,
+                   environ: Mapping[str, str]) -> FatbinJob:
+        """The fat binary written in this process as the driver's bundler job would write it (:func:`write_fatbin`:
+        the host entry, one entry per code object, compressed as the flags say in ``environ``)."""
+        spec = self.host_steps(self.flags_for(self.host_probe_target, flags)).fatbin
+        if spec is None:
+            raise ValueError("relocatable device code has no fat binary per source")
+        ids = [spec.host_id, *(self._bundle_id(target, flags) for target, _ in images)]
+        read = [path for _, path in images]
+        major = self.toolchain.major
+        compression = fatbin_compression(spec, llvm_version=major, environ=environ)
+
+        def write() -> None:
+            write_fatbin(spec, ids, read, output, compression, llvm_version=major)
+
+        # Keyed by what the writer is given and by our code, as a bundler's command would be.
+        described = ("offload-builders-bundle", repr(spec), repr(compression), f"llvm={major}", "-o", output,
+                     *(f"{bundle_id}={path}" for bundle_id, path in zip(ids[1:], read)))
+        return FatbinJob(tuple(read), write=write, described=described)
+
+    def _bundle_id(self, target: TargetID, flags: Sequence[str]) -> str:
+        bundle_id = self.device_steps(target, self.flags_for(target, flags)).bundle_id
+        if bundle_id is None:
+            raise ValueError(f"{target}: relocatable device code has no bundle entry")
+        return bundle_id
 
 
 __all__ = [

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from offload_builders.device_libraries import device_library_flags
 from offload_builders.driver import (
@@ -44,7 +43,6 @@ from offload_builders.driver import (
     image_spec,
     is_cc1,
     job_template,
-    memoized,
     parse_driver_jobs,
     portable_signature,
     probe,
@@ -56,8 +54,9 @@ from offload_builders.driver import (
     value_after,
 )
 from offload_builders.errors import ToolchainError
+from offload_builders.models.base import BasePhaseModel
 from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
-from offload_builders.toolchain import ProbeCache, Toolchain
+from offload_builders.toolchain import ProbeCache
 
 #: The shared driver layer's names, still importable from here (the OpenMP model was their first home).
 __all__ = [
@@ -121,18 +120,12 @@ def selection_flags(target: TargetID) -> tuple[str, ...]:
 
 
 
-class PhaseModel:
-    """Per-phase command templates for one toolchain, derived from its driver and memoized.
+class PhaseModel(BasePhaseModel):
+    """Per-phase OpenMP command templates for one toolchain, derived from its driver and memoized.
 
     ``cwd`` is the directory the commands will run in (the driver records it in debug info);
     ``cache``, when given, keeps probe results across processes.
     """
-
-    def __init__(self, toolchain: Toolchain, cwd: str | os.PathLike[str], cache: ProbeCache | None = None) -> None:
-        self.toolchain = toolchain
-        self.cwd = str(cwd)
-        self.cache = cache
-        self._steps: dict[tuple, Any] = {}
 
     def driver(self, language: str) -> str:
         return str(self.toolchain.clangxx if language == "c++" else self.toolchain.clang)
@@ -143,12 +136,12 @@ class PhaseModel:
     def host_steps(self, language: str, flags: Sequence[str] = ()) -> HostSteps:
         """Templates for the host front end and the embed step (independent of the targets)."""
         flags = tuple(flags)
-        return memoized(self._steps, ("host", language, flags), lambda: self._host_steps(language, flags))
+        return self.memo(("host", language, flags), lambda: self._host_steps(language, flags))
 
     def device_steps(self, target: TargetID, language: str, flags: Sequence[str] = ()) -> DeviceSteps:
         """Templates for one target's device compile (and assemble), probed for that target alone."""
         flags = tuple(flags)
-        return memoized(self._steps, (target, language, flags), lambda: self._device_steps(target, language, flags))
+        return self.memo((target, language, flags), lambda: self._device_steps(target, language, flags))
 
     def _host_steps(self, language: str, flags: Sequence[str]) -> HostSteps:
         host_probe = TargetID("x86_64")
@@ -198,11 +191,3 @@ class PhaseModel:
             image_suffix=image_suffix,
             image_spec=image_spec(packagers[0]),
         )
-
-    def package_command(self, images: Sequence[tuple[DeviceSteps, str]], output: str) -> list[str]:
-        """The packager call for one source: one ``--image`` per target, in the order given."""
-        packager = self.toolchain.tool("clang-offload-packager")
-        argv = [str(packager), "-o", output]
-        for steps, path in images:
-            argv.append("--image=" + ",".join((f"file={path}", *steps.image_spec)))
-        return argv
