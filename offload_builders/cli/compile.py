@@ -77,30 +77,10 @@ from offload_builders.cli.options import FLAG, Option, Parser
 from offload_builders.driver import CommandTemplate, target_selection_flags
 from offload_builders.errors import OffloadError
 from offload_builders.models import TARGET_KINDS, source_model as model_of_source
-from offload_builders.models.cuda import (
-    ARCH_LIST_SLOT,
-    HOST_PROBE_TARGET as CUDA_HOST_PROBE_TARGET,
-    CudaDeviceSteps,
-    CudaPhaseModel,
-    check_flags as check_cuda_flags,
-    check_targets as check_cuda_targets,
-    default_flags as cuda_default_flags,
-    fatbinary_command,
-    package_command as cuda_package_command,
-)
-from offload_builders.models.hip import (
-    HOST_PROBE_TARGET as HIP_HOST_PROBE_TARGET,
-    HipDeviceSteps,
-    HipPhaseModel,
-    check_cuid,
-    check_flags as check_hip_flags,
-    check_targets as check_hip_targets,
-    default_cuid,
-    default_flags as hip_default_flags,
-    fatbin_compression,
-    is_rdc,
-    write_fatbin,
-)
+from offload_builders.models.base import BasePhaseModel
+from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel, check_flags as check_cuda_flags
+from offload_builders.models.gpu import GpuDeviceSteps, GpuPhaseModel, check_cuid, default_cuid, is_rdc
+from offload_builders.models.hip import HipPhaseModel, check_flags as check_hip_flags
 from offload_builders.models.openmp import DeviceSteps, PhaseModel, language_of
 from offload_builders.native_targets import (
     NATIVE,
@@ -174,8 +154,6 @@ _SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check", "compdb
 #: Where ``compdb`` writes, in the Meson build directory, unless ``-o`` says otherwise.
 MESON_DATABASE = os.path.join("offload-compdb", "compile_commands.json")
 IDENTITY_SUFFIX = ".identity"
-#: A CUDA device node keeps its PTX beside its cubin (``<cubin>.ptx``): Clang 19 puts it in the fat binary.
-PTX_SUFFIX = ".ptx"
 
 
 @dataclass
@@ -444,7 +422,7 @@ def _binaries(argv: Sequence[str]) -> list[str]:
     return files
 
 
-def _compiler_files(model: PhaseModel | HipPhaseModel | CudaPhaseModel) -> list[str]:
+def _compiler_files(model: BasePhaseModel) -> list[str]:
     """The drivers asked for the jobs: a wrapper (ccache's, Spack's) and what it runs."""
     toolchain = model.toolchain
     return list(dict.fromkeys([str(toolchain.clang), os.path.realpath(toolchain.clang),
@@ -815,44 +793,41 @@ def _embed(opts: _Options) -> int:
 
 # --- HIP and CUDA: device compile (+ link or ptxas), fat binary or package, host compile -------------------
 
-def _gpu_model(model: str) -> HipPhaseModel | CudaPhaseModel:
-    kind = HipPhaseModel if model == HIP else CudaPhaseModel
-    return kind(find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
+#: The phase model of each GPU model's sources.
+_GPU_MODELS: dict[str, type[GpuPhaseModel]] = {HIP: HipPhaseModel, CUDA: CudaPhaseModel}
 
 
-def _probe_target(model: str) -> TargetID:
-    """The target a host compile or a fat binary's parameters are probed with (neither depends on it)."""
-    return HIP_HOST_PROBE_TARGET if model == HIP else CUDA_HOST_PROBE_TARGET
+def _gpu_model(model: str) -> GpuPhaseModel:
+    return _GPU_MODELS[model](find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
 
 
-def _gpu_flags(model: str, phases: HipPhaseModel | CudaPhaseModel, target: TargetID,
-               flags: Sequence[str]) -> tuple[str, ...]:
-    """The user's flags plus what the SCons tool adds for ``target``: HIP, ROCm's device libraries (or
-    ``-nogpuinc``/``-nogpulib`` where there are none and the flags do not choose); CUDA, ``-nocudainc
-    -nocudalib`` with Clang 19, which cannot parse CUDA 13's headers."""
-    if model == HIP:
-        check_hip_flags(flags)
-        return (*flags, *hip_default_flags(phases.toolchain, target, flags))
-    check_cuda_flags(flags)
-    return (*flags, *cuda_default_flags(phases.toolchain, flags))
+def _host_flags(phases: GpuPhaseModel, flags: Sequence[str]) -> tuple[str, ...]:
+    """The user's flags plus what the SCons tool adds (:meth:`~offload_builders.models.gpu.GpuPhaseModel.flags_for`)
+    for a host compile or a fat binary's parameters, probed with the model's fixed target (neither depends on it)."""
+    return phases.flags_for(phases.host_probe_target, flags)
 
 
-def _gpu_target(model: str, text: str, option: str) -> TargetID:
+def _check_gpu_targets(phases: GpuPhaseModel, targets: Sequence[TargetID], option: str) -> None:
+    """Each of ``targets`` a processor the model offloads to, else one line naming ``option``."""
+    for target in targets:
+        try:
+            phases.check_targets([target])
+        except OffloadError as error:
+            raise UsageError(f"{option}: {error}") from None
+
+
+def _gpu_target(phases: GpuPhaseModel, model: str, text: str, option: str) -> TargetID:
     target = _target(text, option, model)
-    try:
-        (check_hip_targets if model == HIP else check_cuda_targets)([target])
-    except OffloadError as error:
-        raise UsageError(f"{option}: {error}") from None
+    _check_gpu_targets(phases, [target], option)
     return target
 
 
-def _device_steps_of(model: str, phases: HipPhaseModel | CudaPhaseModel, target: TargetID,
-                     flags: Sequence[str]) -> HipDeviceSteps | CudaDeviceSteps:
-    return phases.device_steps(target, _gpu_flags(model, phases, target, flags))
+def _device_steps_of(phases: GpuPhaseModel, target: TargetID, flags: Sequence[str]) -> GpuDeviceSteps:
+    return phases.device_steps(target, phases.flags_for(target, flags))
 
 
 def _cuid(opts: _Options, source: str, rdc: bool) -> dict[str, str]:
-    """The ``cuid`` slot's value: ``--cuid``, else :func:`~offload_builders.models.hip.default_cuid` of the
+    """The ``cuid`` slot's value: ``--cuid``, else :func:`~offload_builders.models.gpu.default_cuid` of the
     source's path relative to ``--source-root`` (the SCons tool's rule when that is its top directory), else
     of its absolute path; never the path as given, so every build directory gives the same objects. RDC
     compiles pin none (the new driver does not forward ``-cuid``)."""
@@ -872,12 +847,12 @@ def _cuid(opts: _Options, source: str, rdc: bool) -> dict[str, str]:
     return {"cuid": default_cuid(path)}
 
 
-def _arch_list(opts: _Options, model: str, phases: HipPhaseModel | CudaPhaseModel, template: CommandTemplate,
-               flags: Sequence[str], target: TargetID | None = None) -> dict[str, str]:
+def _arch_list(opts: _Options, phases: GpuPhaseModel, template: CommandTemplate, flags: Sequence[str],
+               target: TargetID | None = None) -> dict[str, str]:
     """CUDA: the arch-list slot's value for ``--targets`` (all the source's targets, ``target`` among them), the
     driver's ``__CUDA_ARCH_LIST__`` for one command compiling them all (Clang 20+); ``{}`` where ``template``
     has no such slot (Clang 19: ``--targets`` is checked and has no effect). HIP compiles take no list."""
-    if not isinstance(phases, CudaPhaseModel):
+    if not phases.takes_target_list:
         _refuse(opts, "targets", why=f"is for `{opts.command}` of CUDA (.cu) sources (a HIP {opts.command}"
                 " compile does not depend on the other targets)")
         return {}
@@ -888,8 +863,7 @@ def _arch_list(opts: _Options, model: str, phases: HipPhaseModel | CudaPhaseMode
                              " to `bundle` (e.g. --targets sm_80,sm_90)")
         return {}
     targets = _target_list(opts)
-    for each in targets:
-        _gpu_target(model, str(each), "--targets")
+    _check_gpu_targets(phases, targets, "--targets")
     if target is not None and target not in targets:
         raise UsageError(f"{opts.command}: --targets '{opts.targets}' does not name --target {target}: give all"
                          " the source's targets")
@@ -903,15 +877,15 @@ def _gpu_device(opts: _Options, model: str) -> int:
     _require(opts, "output", "target")
     assert opts.output is not None and opts.target is not None
     source = _source(opts)
-    target = _gpu_target(model, opts.target, "--target")
     phases = _gpu_model(model)
-    flags = _gpu_flags(model, phases, target, opts.flags)
+    target = _gpu_target(phases, model, opts.target, "--target")
+    flags = phases.flags_for(target, opts.flags)
     rdc = is_rdc(flags)
     cuid = _cuid(opts, source, rdc)
     steps = phases.device_steps(target, flags)
-    arch_list = _arch_list(opts, model, phases, steps.compile, flags, target)
-    second = steps.link if isinstance(steps, HipDeviceSteps) else steps.assemble
-    ptx = opts.output + PTX_SUFFIX if model == CUDA and not rdc else None
+    arch_list = _arch_list(opts, phases, steps.compile, flags, target)
+    second = steps.second_step
+    ptx = phases.kept_compile_output(opts.output, rdc)
     partial = _partial(opts.output)
     with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
         if second is None:
@@ -932,9 +906,10 @@ def _gpu_device(opts: _Options, model: str) -> int:
 
 
 def _bundle(opts: _Options) -> int:
-    """The fat binary of a source compiled without -fgpu-rdc: HIP's written in-process (compressed as the
-    flags say), CUDA's by the toolkit's ``fatbinary`` (each cubin, and the PTX beside it where the driver
-    puts PTX in)."""
+    """The fat binary of a source compiled without -fgpu-rdc, as its model makes it
+    (:meth:`~offload_builders.models.gpu.GpuPhaseModel.fatbin_job`): HIP's written in-process (compressed as the
+    flags say), CUDA's by the toolkit's ``fatbinary`` (each cubin, and the PTX beside it where the driver puts PTX
+    in)."""
     _require(opts, "output", "targets")
     assert opts.output is not None
     source = _source(opts)
@@ -943,51 +918,32 @@ def _bundle(opts: _Options) -> int:
         raise UsageError(f"bundle: '{source}' is neither HIP (.hip) nor CUDA (.cu): its offload package is made by"
                          f" `{PROG} package`")
     pairs = _images(opts, "code object" if model == HIP else "cubin")
-    for target, _ in pairs:
-        _gpu_target(model, str(target), "--targets")
     phases = _gpu_model(model)
-    flags = _gpu_flags(model, phases, _probe_target(model), opts.flags)
-    if is_rdc(flags):
+    _check_gpu_targets(phases, [target for target, _ in pairs], "--targets")
+    if is_rdc(_host_flags(phases, opts.flags)):
         raise UsageError(f"bundle: with -fgpu-rdc the device code goes into an offload package: use `{PROG} package`")
     partial = _partial(opts.output)
-    read = [path for _, path in pairs]
-    if isinstance(phases, HipPhaseModel):
-        spec = phases.host_steps(flags).fatbin
-        assert spec is not None  # non-RDC
-        ids = [spec.host_id] + [_hip_bundle_id(phases, target, opts.flags) for target, _ in pairs]
-        major = phases.toolchain.major
-        compression = fatbin_compression(spec, llvm_version=major, environ=os.environ)
+    job = phases.fatbin_job(opts.flags, pairs, partial, environ=os.environ)
+    for path in job.kept:
+        _input(path, "the device compile's output (kept beside its image by `device`)")
+    if job.command is None:
+        write = job.write
+        assert write is not None
 
         def produce() -> list[str]:
-            write_fatbin(spec, ids, read, partial, compression, llvm_version=major)
-            return read
+            write()
+            return list(job.reads)
 
-        # Written here as the bundler would write it: keyed by what it is given and by our code.
-        described = ["offload-builders-bundle", repr(spec), repr(compression), f"llvm={major}", "-o", partial,
-                     *(f"{bundle_id}={path}" for bundle_id, path in zip(ids[1:], read))]
-        lookup = _lookup(opts, [described], [opts.output], inputs=read, tools=_compiler_files(phases),
+        # Written here: keyed by what the writer is given and by our code.
+        lookup = _lookup(opts, [list(job.described)], [opts.output], inputs=job.reads, tools=_compiler_files(phases),
                          in_process=True)
         _produce([opts.output], produce, lookup)
         binaries: list[str] = []
     else:
-        images = []
-        for target, cubin in pairs:
-            steps = _device_steps_of(model, phases, target, opts.flags)
-            assert isinstance(steps, CudaDeviceSteps)
-            if any(image.kind == "ptx" for image in steps.images):
-                read.append(_input(cubin + PTX_SUFFIX, "PTX (made beside the cubin by `device`)"))
-            images.append((steps, cubin + PTX_SUFFIX, cubin))
-        argv = fatbinary_command(phases.host_steps(flags), images, partial)
-        _run_to(opts, argv, opts.output, inputs=read, tools=_compiler_files(phases))
-        binaries = _binaries(argv)
-    _write_depfile(opts, [*read, *binaries, *_compiler_files(phases)])
+        _run_to(opts, job.command, opts.output, inputs=job.reads, tools=_compiler_files(phases))
+        binaries = _binaries(job.command)
+    _write_depfile(opts, [*job.reads, *binaries, *_compiler_files(phases)])
     return 0
-
-
-def _hip_bundle_id(phases: HipPhaseModel, target: TargetID, flags: Sequence[str]) -> str:
-    steps = _device_steps_of(HIP, phases, target, flags)
-    assert isinstance(steps, HipDeviceSteps) and steps.bundle_id is not None  # non-RDC
-    return steps.bundle_id
 
 
 def _gpu_package(opts: _Options, source: str, model: str) -> int:
@@ -995,23 +951,16 @@ def _gpu_package(opts: _Options, source: str, model: str) -> int:
     cubins), by ``clang-offload-packager`` as the SCons tool runs it."""
     assert opts.output is not None
     pairs = _images(opts, "device image")
-    for target, _ in pairs:
-        _gpu_target(model, str(target), "--targets")
     phases = _gpu_model(model)
-    if not is_rdc(_gpu_flags(model, phases, _probe_target(model), opts.flags)):
+    _check_gpu_targets(phases, [target for target, _ in pairs], "--targets")
+    if not is_rdc(_host_flags(phases, opts.flags)):
         raise UsageError(f"package: '{source}' is {model.upper()} without -fgpu-rdc: its fat binary is made by"
                          f" `{PROG} bundle` (add -fgpu-rdc to every phase's flags for relocatable device code)")
-    images = [(_device_steps_of(model, phases, target, opts.flags), path) for target, path in pairs]
+    images = [(_device_steps_of(phases, target, opts.flags), path) for target, path in pairs]
     partial = _partial(opts.output)
-    if isinstance(phases, HipPhaseModel):
-        argv = phases.package_command([(steps, path) for steps, path in images
-                                       if isinstance(steps, HipDeviceSteps)], partial)
-    else:
-        argv = cuda_package_command(phases.toolchain, [(steps, path) for steps, path in images
-                                                       if isinstance(steps, CudaDeviceSteps)], partial)
+    argv = phases.package_command(images, partial)
     _run_to(opts, argv, opts.output, inputs=[path for _, path in pairs], tools=_compiler_files(phases))
-    _write_depfile(opts, [*(path for _, path in pairs), *_binaries(argv),
-                                               *_compiler_files(phases)])
+    _write_depfile(opts, [*(path for _, path in pairs), *_binaries(argv), *_compiler_files(phases)])
     return 0
 
 
@@ -1023,7 +972,7 @@ def _gpu_host(opts: _Options, model: str) -> int:
     assert opts.output is not None
     source = _source(opts)
     phases = _gpu_model(model)
-    flags = _gpu_flags(model, phases, _probe_target(model), opts.flags)
+    flags = _host_flags(phases, opts.flags)
     rdc = is_rdc(flags)
     if rdc:
         _refuse(opts, "fatbin", why="is for compiles without -fgpu-rdc; with it the host compile takes --package")
@@ -1037,12 +986,11 @@ def _gpu_host(opts: _Options, model: str) -> int:
         device_side = {"fatbin": _input(opts.fatbin, "--fatbin")}
     cuid = _cuid(opts, source, rdc)
     steps = phases.host_steps(flags)
-    arch_list = _arch_list(opts, model, phases, steps.compile, flags)
+    arch_list = _arch_list(opts, phases, steps.compile, flags)
     argv = steps.compile.render(source=source, main_file_name=os.path.basename(source), output=_partial(opts.output),
                                 **device_side, **cuid, **arch_list)
     read = _compile_one_job(opts, argv, opts.output, tools=_compiler_files(phases), inputs=list(device_side.values()))
-    _write_depfile(opts, [*read, *device_side.values(), *_binaries(argv),
-                                               *_compiler_files(phases)])
+    _write_depfile(opts, [*read, *device_side.values(), *_binaries(argv), *_compiler_files(phases)])
     return 0
 
 
