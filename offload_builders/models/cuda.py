@@ -181,11 +181,8 @@ class CudaPhaseModel(GpuPhaseModel):
     host_probe_target = HOST_PROBE_TARGET
     takes_target_list = True
 
-    def check_flags(self, flags: Iterable[str]) -> None:
-        check_flags(flags)
-
-    def check_targets(self, targets: Iterable[TargetID]) -> None:
-        check_targets(targets)
+    check_flags = staticmethod(check_flags)
+    check_targets = staticmethod(check_targets)
 
     def default_flags(self, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
         """With Clang 19 ``-nocudainc -nocudalib``, with a newer one CUDA 13's ``include/cccl``

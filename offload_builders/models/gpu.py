@@ -47,10 +47,10 @@ def is_rdc(flags: Iterable[str]) -> bool:
 
 
 def mode_flags(flags: Sequence[str], selection: Sequence[str]) -> tuple[str, ...]:
-    """What a probe adds after the user's ``flags`` and before nothing else but the targets' ``selection``
-    (``--offload-arch=``, ``--cuda-gpu-arch=``): with relocatable device code the new driver's flags the user's
-    lack, then the selection; otherwise the selection, then the pinned :data:`PROBE_CUID`. The new driver does
-    not forward ``-cuid`` (it warns it unused), so none is pinned there."""
+    """What a probe passes after the user's ``flags`` for the targets' ``selection`` (``--offload-arch=``,
+    ``--cuda-gpu-arch=``): with relocatable device code the new driver's flags the user's lack, then the
+    selection; otherwise the selection, then the pinned :data:`PROBE_CUID`. The new driver does not forward
+    ``-cuid`` (it warns it unused), so none is pinned there."""
     if is_rdc(flags):
         return (*(flag for flag in RDC_FLAGS if flag not in flags), *selection)
     return (*selection, f"-cuid={PROBE_CUID}")

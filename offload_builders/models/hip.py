@@ -376,11 +376,8 @@ class HipPhaseModel(GpuPhaseModel):
 
     host_probe_target = HOST_PROBE_TARGET
 
-    def check_flags(self, flags: Iterable[str]) -> None:
-        check_flags(flags)
-
-    def check_targets(self, targets: Iterable[TargetID]) -> None:
-        check_targets(targets)
+    check_flags = staticmethod(check_flags)
+    check_targets = staticmethod(check_targets)
 
     def default_flags(self, target: TargetID, flags: Sequence[str]) -> tuple[str, ...]:
         """ROCm's device libraries for ``target`` and, without a HIP installation, ``-nogpuinc``
