@@ -24,7 +24,7 @@ and every device compile (CUB and Thrust name their namespace after it), and so 
 a source holds the source's target list (:data:`TARGETS_ATTRIBUTE`), and adding a target reruns the host
 compile and every device compile of the source, as the driver's one command does.
 Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_CUDA_CUID``, default: the
-HIP model's :func:`~offload_builders.scons.hip.default_cuid` of the source's path). Objects register their
+:func:`~offload_builders.models.gpu.default_cuid` of the source's path, as for HIP). Objects register their
 own fat binary (``__cudaRegisterFatBinary``) and link as plain host objects with the CUDA runtime
 (``libcudart``) or one of the project's; the tool adds no CUDA runtime to a link.
 
@@ -45,8 +45,6 @@ from typing import Any
 import SCons.Action
 import SCons.Builder
 import SCons.Errors
-import SCons.Subst
-import SCons.Tool
 
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
@@ -59,22 +57,18 @@ from offload_builders.models.cuda import (
     default_flags,
     fatbin_order,
     fatbinary_command,
-    package_command,
 )
-from offload_builders.models.hip import is_rdc
 from offload_builders.phase_table import CUDA, Phase, node_name
-from offload_builders.scons import hip, openmp
+from offload_builders.scons import gpu, hip
 from offload_builders.scons.actions import PhaseCommandAction, node_action, phase_action
-from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path
-from offload_builders.scons.rendering import Renderer, compile_flags, mark_model, node_flags, node_memo
+from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, partial_path
+from offload_builders.scons.rendering import Renderer, node_flags, node_memo
 from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
 from offload_builders.scons.variables import (
     model_targets_for,
     node_target,
     node_targets,
     phase_model,
-    rdc_selected,
-    set_default,
     target_flags,
     toolchain_exists,
     toolchain_for,
@@ -95,13 +89,8 @@ FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
 TARGETS_ATTRIBUTE = "offload_cuda_targets"
 
 
-def _default_cuid_var(target, source, env, for_signature) -> str:
-    """``$_OFFLOAD_CUDA_DEFAULT_CUID``: the default CUID of the (original) source's path."""
-    return hip.default_cuid(source[0].srcnode().get_path(env.Dir("#")))
-
-
-def _cuid(env, source) -> str:
-    return hip.source_cuid(env, source, "OFFLOAD_CUDA_CUID")
+#: The variable whose value is a CUDA source's CUID.
+CUID_VARIABLE = "OFFLOAD_CUDA_CUID"
 
 
 def _model(env) -> CudaPhaseModel:
@@ -113,19 +102,9 @@ def _rendered_flags(env, target, source, for_signature: bool) -> tuple[str, ...]
 
 
 def _flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
-    """The flags of a CUDA compile of ``source``: the C++ ones, ``$OFFLOAD_CUDA_FLAGS``, the tool's defaults."""
-    flags = compile_flags(env, target, source, for_signature, "c++")
-    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
-    flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_CUDA_FLAGS", mode, target=target,
-                                                        source=source)[0])
-    if rdc_selected(env) and not is_rdc(flags):
-        flags += ("-fgpu-rdc",)
+    """The flags of a CUDA compile of ``source``: the C++ ones, ``$OFFLOAD_CUDA_FLAGS``, RDC, the tool's defaults."""
+    flags = gpu.user_flags(env, target, source, for_signature, "OFFLOAD_CUDA_FLAGS")
     return flags + default_flags(toolchain_for(env), flags)
-
-
-def _original(env, source) -> list:
-    original = env.get("_OFFLOAD_ORIGINAL_SOURCE")
-    return [original] if original is not None else [source[0]]
 
 
 def _device_steps(env, target, source, for_signature: bool, tid: TargetID | None = None) -> CudaDeviceSteps:
@@ -151,7 +130,8 @@ def _device_cc1(target, source, env, for_signature):
     """The first step of a device node (targets: the cubin, the PTX): the compile to the PTX."""
     steps = _device_steps(env, target, source, for_signature)
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              output=partial_path(env, target[1]), **_cuid_value(steps.compile, env, target, source),
+                              output=partial_path(env, target[1]),
+                              **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE),
                               **_arch_list_values(steps.compile, env, target, source, for_signature))
 
 
@@ -165,7 +145,7 @@ def _assemble_cmd(target, source, env, for_signature):
 @Renderer
 def _fatbinary_cmd(target, source, env, for_signature):
     """The sources are each target's (PTX, cubin) pair, in fat-binary order."""
-    original = _original(env, source)
+    original = gpu.original_source(env, source)
     tids = node_targets(env, "_OFFLOAD_BUNDLE_TARGETS")
     pairs = list(zip(source[0::2], source[1::2]))
     images = [(_device_steps(env, target, original, for_signature, tid), str(ptx), str(cubin))
@@ -177,30 +157,19 @@ def _fatbinary_cmd(target, source, env, for_signature):
 @Renderer
 def _package_cmd(target, source, env, for_signature):
     """RDC: the sources are each target's relocatable cubin, in target order."""
-    original = _original(env, source)
-    images = [(_device_steps(env, target, original, for_signature, tid), str(node))
-              for node, tid in zip(source, node_targets(env, "_OFFLOAD_BUNDLE_TARGETS"))]
-    return package_command(toolchain_for(env), images, partial_path(env, target[0]))
+    return gpu.package_argv(env, target, source, for_signature, _device_steps)
 
 
 @Renderer
 def _host_cc1(target, source, env, for_signature):
     """The object's source is the ``.cu`` file; the emitter recorded its fat binary or package."""
-    device_side = getattr(target[0].attributes, "offload_inputs", None)
-    if device_side is None:
-        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    device_side = gpu.object_device_side(target)
     steps = _host_steps(env, target, source, for_signature)
     slot = "fatbin" if steps.fatbinary is not None else "package"
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
                               output=partial_path(env, target[0]), **{slot: str(device_side[0])},
-                              **_cuid_value(steps.compile, env, target, source),
+                              **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE),
                               **_arch_list_values(steps.compile, env, target, source, for_signature))
-
-
-def _cuid_value(template, env, target, source) -> dict[str, str]:
-    if "cuid" not in template.slots:
-        return {}
-    return {"cuid": node_memo(target, ("cuid", str(source[0])), lambda: _cuid(env, source))}
 
 
 def _arch_list_values(template: CommandTemplate, env, target, source, for_signature: bool) -> dict[str, str]:
@@ -222,15 +191,11 @@ _DEVICE_BUILDER = SCons.Builder.Builder(
     action=node_action([REMOVE_STALE, PhaseCommandAction("DEVICE"), PhaseCommandAction("ASSEMBLE"), COMMIT]),
     source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 _FATBIN_BUILDER = SCons.Builder.Builder(action=phase_action("BUNDLE"))
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))
 
 
 def _object_emitter(target, source, env):
     """Expand one object into per-target device compiles and ptxas, the fat binary and the host compile."""
-    if len(source) != 1:
-        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
-                                     f" for {target[0]}")
-    obj, src = target[0], source[0]
+    obj, src = gpu.one_source(target, source)
     targets = fatbin_order(model_targets_for(env, src, CUDA))  # the NVPTX targets of $OFFLOAD_ARCHS
     stem = os.path.splitext(obj.name)[0]
     directory = obj.dir
@@ -241,7 +206,7 @@ def _object_emitter(target, source, env):
         host = _model(env).host_steps(flags)  # probe now: a rejected configuration stops before any compile
         plans = {tid: _device_steps_for(env, tid, flags) for tid in targets}
         _model(env).arch_list_values(host.compile, targets, flags)  # Clang 20+: the probe with every target
-        _cuid(env, [src])
+        gpu.source_cuid(env, [src], CUID_VARIABLE)  # checked now, before any compile
     except OffloadError as error:
         raise user_error(OffloadError(f"{src}: {error}")) from None
 
@@ -254,25 +219,15 @@ def _object_emitter(target, source, env):
                                 [cubin, ptx], [src])
         images += [ptx, cubin]
         cubins.append(cubin)
-    order = tuple(plans)
-    if host.fatbinary is None:
-        # OpenMP's in-process package writer reads OpenMP's variables: CUDA runs the packager.
-        packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}
-                    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS else {})
-        device_side = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, CUDA, stem=stem))], cubins,
-                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **packager)
-    else:
-        overrides = ({"OFFLOAD_BUNDLECOM": FATBINARY_COM}
-                     if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {})
-        device_side = _FATBIN_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, CUDA, stem=stem))], images,
-                                      _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **overrides)
-    own_outputs(env, [*made, *device_side])
-    mark_model([obj, *made, *device_side], CUDA)
+    rdc = host.fatbinary is None
+    # HIP's in-process bundle writer is the default $OFFLOAD_BUNDLECOM: CUDA runs the toolkit's fatbinary.
+    fatbinary = {"OFFLOAD_BUNDLECOM": FATBINARY_COM} if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {}
+    device_side = gpu.device_side_node(env, CUDA, obj, src, cubins if rdc else images, tuple(plans), rdc=rdc,
+                                       bundle_builder=_FATBIN_BUILDER, bundle_overrides=fatbinary)
+    gpu.record_object(env, CUDA, obj, made, device_side)
     # Every compile of the source gets the driver's __CUDA_ARCH_LIST__ for all its targets (Clang 20+).
     for node in (obj, *made):
         setattr(node.attributes, TARGETS_ATTRIBUTE, tuple(plans))
-    obj.attributes.offload_inputs = (device_side[0],)
-    env.Depends(obj, device_side)
     return target, source
 
 
@@ -293,12 +248,9 @@ object_emitter = _object_emitter
 
 def generate_objects(env) -> None:
     """What every environment needs to compile CUDA sources, whatever its ``$OFFLOAD_MODEL``."""
-    for key, value in _DEFAULTS.items():
-        set_default(env, key, value)
-    env["_OFFLOAD_CUDA_DEFAULT_CUID"] = _default_cuid_var
+    gpu.generate_sources(env, _DEFAULTS, CUDA_SUFFIXES)  # and header dependencies of .cu sources, as for C++
+    env["_OFFLOAD_CUDA_DEFAULT_CUID"] = gpu.default_cuid_var
     env["_OFFLOAD_FATBINARY_CMD"] = _fatbinary_cmd
-    for suffix in CUDA_SUFFIXES:  # header dependencies of .cu sources, as for C++
-        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
 
 
 def exists(env) -> bool:

@@ -68,8 +68,6 @@ from typing import TYPE_CHECKING, Any
 import SCons.Action
 import SCons.Builder
 import SCons.Errors
-import SCons.Subst
-import SCons.Tool
 import SCons.Util
 import SCons.Warnings
 
@@ -80,12 +78,10 @@ from offload_builders.models.hip import (
     HIP_SUFFIXES,
     HOST_PROBE_TARGET,
     LINK_BUNDLE_KIND,
-    RDC_FLAGS,
     FatbinSpec,
     HipDeviceSteps,
     HipHostSteps,
     HipPhaseModel,
-    check_cuid,
     check_targets,
     default_cuid,
     default_flags,
@@ -97,7 +93,7 @@ from offload_builders.models.hip import (
     write_fatbin,
 )
 from offload_builders.phase_table import HIP, Phase, node_name, row
-from offload_builders.scons import openmp
+from offload_builders.scons import gpu
 from offload_builders.scons.actions import (
     CachingLazyAction,
     PhaseCommandAction,
@@ -105,9 +101,10 @@ from offload_builders.scons.actions import (
     node_action,
     phase_action,
 )
+from offload_builders.scons.gpu import source_cuid
 from offload_builders.scons.link_nodes import OffloadLinkWarning
-from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path, side_path
-from offload_builders.scons.rendering import Renderer, compile_flags, mark_model, node_flags, node_memo
+from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, partial_path, side_path
+from offload_builders.scons.rendering import Renderer, node_flags, node_memo
 from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
 from offload_builders.scons.tool_dependencies import check_tools_for, depend_on_device_libraries
 from offload_builders.scons.variables import (
@@ -115,7 +112,6 @@ from offload_builders.scons.variables import (
     node_target,
     node_targets,
     phase_model,
-    rdc_selected,
     set_default,
     target_flags,
     toolchain_exists,
@@ -140,23 +136,8 @@ _DEFAULTS: dict[str, Any] = {
     "OFFLOAD_DEVICELINKCOM": row(Phase.DEVICELINK, HIP).default,
 }
 
-def _default_cuid_var(target, source, env, for_signature) -> str:
-    """``$_OFFLOAD_HIP_DEFAULT_CUID``: :func:`default_cuid` of the (original) source's path."""
-    node = source[0].srcnode()
-    return default_cuid(node.get_path(env.Dir("#")))
-
-
-def source_cuid(env, source, variable: str = "OFFLOAD_HIP_CUID") -> str:
-    """The CUID for ``source``: ``$<variable>`` substituted with that source, checked
-    (:func:`offload_builders.models.hip.check_cuid`)."""
-    try:
-        return check_cuid(env.subst(f"${variable}", source=source))
-    except OffloadError as error:
-        raise SCons.Errors.UserError(f"{variable} for {source[0]}: {error}") from None
-
-
-def _cuid(env, source) -> str:
-    return source_cuid(env, source)
+#: The variable whose value is a HIP source's CUID.
+CUID_VARIABLE = "OFFLOAD_HIP_CUID"
 
 
 def _hip_model(env) -> HipPhaseModel:
@@ -169,18 +150,7 @@ def _rendered_flags(env, target, source, for_signature: bool) -> tuple[str, ...]
 
 def _hip_flags(env, target, source, for_signature: bool) -> tuple[str, ...]:
     """The user's flags for a HIP compile of ``source``: the C++ ones, ``$OFFLOAD_HIP_FLAGS`` and RDC."""
-    flags = compile_flags(env, target, source, for_signature, "c++")
-    mode = SCons.Subst.SUBST_SIG if for_signature else SCons.Subst.SUBST_CMD
-    flags += tuple(str(flag) for flag in env.subst_list("$OFFLOAD_HIP_FLAGS", mode, target=target, source=source)[0])
-    if rdc_selected(env) and not is_rdc(flags):
-        flags += RDC_FLAGS[:1]
-    return flags
-
-
-def _original(env, source) -> list:
-    """The ``.hip`` source a node derives from (device links and bundles record it at read time)."""
-    original = env.get("_OFFLOAD_ORIGINAL_SOURCE")
-    return [original] if original is not None else [source[0]]
+    return gpu.user_flags(env, target, source, for_signature, "OFFLOAD_HIP_FLAGS")
 
 
 def _with_defaults(env, tid: TargetID, flags: tuple[str, ...]) -> tuple[str, ...]:
@@ -213,12 +183,6 @@ def _host_steps_for(env, flags: tuple[str, ...]) -> HipHostSteps:
     return _hip_model(env).host_steps(_with_defaults(env, HOST_PROBE_TARGET, flags))
 
 
-def _cuid_value(steps_template, env, target, source) -> dict[str, str]:
-    if "cuid" not in steps_template.slots:
-        return {}
-    return {"cuid": node_memo(target, ("cuid", str(source[0])), lambda: _cuid(env, source))}
-
-
 def device_object_path(env, code_object) -> str:
     """Where a HIP device node's compile writes the device object that its link step reads (and its last step
     removes; see :func:`~offload_builders.scons.outputs.side_path`)."""
@@ -232,7 +196,7 @@ def _device_cc1(target, source, env, for_signature):
     steps = _device_steps(env, target, source, for_signature)
     output = partial_path(env, target[0]) if steps.link is None else device_object_path(env, target[0])
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name, output=output,
-                              **_cuid_value(steps.compile, env, target, source))
+                              **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE))
 
 
 @Renderer
@@ -246,23 +210,19 @@ def _object_devicelink_cmd(target, source, env, for_signature):
 
 @Renderer
 def _package_cmd(target, source, env, for_signature):
-    original = _original(env, source)
-    images = [(_device_steps(env, target, original, for_signature, tid), str(node))
-              for node, tid in zip(source, node_targets(env, "_OFFLOAD_BUNDLE_TARGETS"))]
-    return _hip_model(env).package_command(images, partial_path(env, target[0]))
+    """RDC: the sources are each target's device bitcode, in target order."""
+    return gpu.package_argv(env, target, source, for_signature, _device_steps)
 
 
 @Renderer
 def _host_cc1(target, source, env, for_signature):
     """The object's source is the ``.hip`` file; the emitter recorded its fat binary or package."""
-    device_side = getattr(target[0].attributes, "offload_inputs", None)
-    if device_side is None:
-        raise SCons.Errors.UserError(f"{target[0]} was not made by OffloadObject")
+    device_side = gpu.object_device_side(target)
     steps = _host_steps(env, target, source, for_signature)
     slot = "package" if steps.rdc else "fatbin"
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
-                              output=partial_path(env, target[0]),
-                              **{slot: str(device_side[0])}, **_cuid_value(steps.compile, env, target, source))
+                              output=partial_path(env, target[0]), **{slot: str(device_side[0])},
+                              **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE))
 
 
 def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
@@ -279,7 +239,7 @@ def _compression(env, spec: FatbinSpec) -> CompressionOptions | None:
 
 def _bundle_plan(target, source, env, for_signature: bool) -> tuple[FatbinSpec, list[str], CompressionOptions | None]:
     """What the fat binary of ``target`` holds: the bundler parameters, the entry IDs, the compression."""
-    original = _original(env, source)
+    original = gpu.original_source(env, source)
     spec = _host_steps(env, target, original, for_signature).fatbin
     assert spec is not None
     ids = [spec.host_id] + [
@@ -333,7 +293,6 @@ _DEVICE_AND_LINK_BUILDER = SCons.Builder.Builder(
                         COMMIT, RemoveSideFile(DEVICE_OBJECT_SUFFIX, "the device object")]),
     source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
 _BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
-_PACKAGE_BUILDER = SCons.Builder.Builder(action=phase_action("PACKAGE"))
 
 
 def _check_link_tool(steps: HipDeviceSteps) -> None:
@@ -348,10 +307,7 @@ def _check_link_tool(steps: HipDeviceSteps) -> None:
 
 def _object_emitter(target, source, env):
     """Expand one fat object into per-target device compiles (and links), the fat binary or package."""
-    if len(source) != 1:
-        raise SCons.Errors.UserError(f"OffloadObject builds one object per source, got {len(source)} sources"
-                                     f" for {target[0]}")
-    obj, src = target[0], source[0]
+    obj, src = gpu.one_source(target, source)
     # The AMDGPU targets of $OFFLOAD_ARCHS; the conflict rule is enforced here, before anything compiles.
     targets = model_targets_for(env, src, HIP)
     check_tools_for(env, targets)
@@ -363,7 +319,7 @@ def _object_emitter(target, source, env):
         host = _host_steps_for(env, flags)
         plans = {tid: _device_steps_for(env, tid, flags) for tid in targets}
         if not host.rdc:
-            _cuid(env, [src])
+            gpu.source_cuid(env, [src], CUID_VARIABLE)  # checked now, before any compile
     except OffloadError as error:
         raise SCons.Errors.UserError(f"{src}: {error}") from None
     if any((steps.link is None) != host.rdc for steps in plans.values()):
@@ -384,20 +340,9 @@ def _object_emitter(target, source, env):
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
         made.extend(device)
         images.extend(device)
-    order = tuple(plans)
-    if host.rdc:
-        # OpenMP's in-process package writer reads OpenMP's variables: HIP runs the packager.
-        packager = ({"OFFLOAD_PACKAGECOM": "$_OFFLOAD_PACKAGE_CMD"}
-                    if env.get("OFFLOAD_PACKAGECOM") is openmp.PACKAGE_IN_PROCESS else {})
-        device_side = _PACKAGE_BUILDER(env, [directory.File(node_name(Phase.PACKAGE, HIP, stem=stem))], images,
-                                       _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src, **packager)
-    else:
-        device_side = _BUNDLE_BUILDER(env, [directory.File(node_name(Phase.BUNDLE, HIP, stem=stem))], images,
-                                      _OFFLOAD_BUNDLE_TARGETS=order, _OFFLOAD_ORIGINAL_SOURCE=src)
-    own_outputs(env, [*made, *device_side])
-    mark_model([obj, *made, *device_side], HIP)
-    obj.attributes.offload_inputs = (device_side[0],)
-    env.Depends(obj, device_side)
+    device_side = gpu.device_side_node(env, HIP, obj, src, images, tuple(plans), rdc=host.rdc,
+                                       bundle_builder=_BUNDLE_BUILDER)
+    gpu.record_object(env, HIP, obj, made, device_side)
     return target, source
 
 
@@ -507,13 +452,10 @@ object_emitter = _object_emitter
 def generate_objects(env) -> None:
     """What every environment needs to compile HIP sources, whatever its ``$OFFLOAD_MODEL`` (called by the
     ``offload`` tool's generate): the variables, set only where the user has not, and the bundle writer."""
-    for key, value in _DEFAULTS.items():
-        set_default(env, key, value)
+    gpu.generate_sources(env, _DEFAULTS, HIP_SUFFIXES)  # and header dependencies of .hip sources, as for C++
     set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
-    env["_OFFLOAD_HIP_DEFAULT_CUID"] = _default_cuid_var
+    env["_OFFLOAD_HIP_DEFAULT_CUID"] = gpu.default_cuid_var
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
-    for suffix in HIP_SUFFIXES:  # header dependencies of .hip sources, as for C++
-        SCons.Tool.SourceFileScanner.add_scanner(suffix, SCons.Tool.CScanner)
 
 
 def generate(env) -> None:
