@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from offload_builders import device_libraries
 from offload_builders.models import source_targets
 from offload_builders.models.cuda import default_flags as cuda_default_flags
-from offload_builders.models.hip import RDC_FLAGS, default_flags as hip_default_flags, is_rdc
+from offload_builders.models.gpu import RDC_FLAGS, is_rdc
+from offload_builders.models.hip import default_flags as hip_default_flags
 from offload_builders.models.openmp import language_of
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.targets import TargetID

@@ -20,7 +20,7 @@ import SCons.Subst
 
 from offload_builders import compile_database, models
 from offload_builders.errors import OffloadError
-from offload_builders.models.hip import is_rdc
+from offload_builders.models.gpu import is_rdc
 from offload_builders.models.openmp import language_of
 from offload_builders.phase_table import CUDA, HIP, OPENMP
 from offload_builders.scons.rendering import compile_flags, literal_words, node_model
