@@ -78,9 +78,9 @@ from offload_builders.driver import CommandTemplate, target_selection_flags
 from offload_builders.errors import OffloadError
 from offload_builders.models import TARGET_KINDS, source_model as model_of_source
 from offload_builders.models.base import BasePhaseModel
-from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel, check_flags as check_cuda_flags
+from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel
 from offload_builders.models.gpu import GpuDeviceSteps, GpuPhaseModel, check_cuid, default_cuid, is_rdc
-from offload_builders.models.hip import HipPhaseModel, check_flags as check_hip_flags
+from offload_builders.models.hip import HipPhaseModel
 from offload_builders.models.openmp import DeviceSteps, PhaseModel, language_of
 from offload_builders.native_targets import (
     NATIVE,
@@ -1015,7 +1015,7 @@ def _database_model(source: str, flags: Sequence[str]) -> str:
     model = source_model(source)
     try:
         if model != OPENMP:
-            (check_hip_flags if model == HIP else check_cuda_flags)(flags)
+            _GPU_MODELS[model].check_flags(flags)
     except OffloadError as error:
         raise UsageError(str(error)) from None
     return model

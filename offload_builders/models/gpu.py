@@ -134,11 +134,13 @@ class GpuPhaseModel(BasePhaseModel):
     def driver(self) -> str:
         return str(self.toolchain.clangxx)
 
-    def check_flags(self, flags: Iterable[str]) -> None:
+    @staticmethod
+    def check_flags(flags: Iterable[str]) -> None:
         """Reject flags that would fight the per-node split (target selection, CUID, host/device-only)."""
         raise NotImplementedError
 
-    def check_targets(self, targets: Iterable[TargetID]) -> None:
+    @staticmethod
+    def check_targets(targets: Iterable[TargetID]) -> None:
         """Reject targets of another kind than the model offloads to."""
         raise NotImplementedError
 
