@@ -34,13 +34,13 @@ sources built by the package's CMake module (``find_package(OffloadBuilders)``, 
 custom command per phase and target) and by CMake+Ninja driving the one-command driver (one ``clang++ -fopenmp
 --offload-arch=<all> -c`` per source, with the device-library flags the driver's side gets above, a plain
 ``add_executable``), both at ``-j2``: the no-op (``cmake --build`` of an up-to-date tree) and, without
-``--no-op-only``, adding a target (the reconfigure with ``-DOFFLOAD_ARCHS`` and the build). Up to ``--real-up-to``
-sources these trees are compiled for real (Ninja trusts only its own log: a real build of both sides); larger
-points get *generated* CMake trees, no-op only: every command runs through a stand-in (:data:`STAND_IN`, kept
-in the commands Ninja logs) that runs kernel_0's and main.cpp's commands for real and writes kernel_0's
-outputs and depfiles under kernel_<n>'s names for the others, so Ninja's log and deps log have a compiled
-tree's entries (the same sizes, checked at 8 x 2), without hours of device links. In the table, ``ours`` is
-our CMake module and ``mono`` the driver under CMake.
+``--no-op-only``, a clean build and adding a target (the reconfigure with ``-DOFFLOAD_ARCHS`` and the build). Up
+to ``--real-up-to`` sources these trees are compiled for real (Ninja trusts only its own log: a real build of both
+sides); larger points get *generated* CMake trees, no-op only: every command runs through a stand-in
+(:data:`STAND_IN`, kept in the commands Ninja logs) that runs kernel_0's and main.cpp's commands for real and
+writes kernel_0's outputs and depfiles under kernel_<n>'s names for the others, so Ninja's log and deps log have
+a compiled tree's entries (the same sizes, checked at 8 x 2), without hours of device links. In the table,
+``ours`` is our CMake module and ``mono`` the driver under CMake.
 
 ``--headers N`` has each kernel source include a chain of N headers, as a project's sources include its
 headers: every phase node of a source depends on them (both sides).
@@ -667,8 +667,10 @@ def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_onl
                generated: bool = False) -> list[Row]:
     """``--cmake``: the CMake+Ninja rows of one point, each side's tree compiled for real (no generated trees:
     Ninja records each command in its log, so only real builds leave a tree up to date). The no-op is
-    ``cmake --build`` of an up-to-date tree (Ninja's regeneration check and its stat of every node); adding a
-    target is the reconfigure with one more target (``-DOFFLOAD_ARCHS``) and the build, both timed."""
+    ``cmake --build`` of an up-to-date tree (Ninja's regeneration check and its stat of every node); the clean
+    build is ``cmake --build --target clean`` (not timed) and the build, in interleaved rounds (with many small
+    sources it shows what each phase command's own start-up costs); adding a target is the reconfigure with one
+    more target (``-DOFFLOAD_ARCHS``) and the build, both timed."""
     archs = MODEL_TARGETS[MODEL][:targets]
     added = added_target(archs)
     roots = {mode: scratch / f"cmake-{mode}-{sources}x{targets}" for mode in ("ours", "mono")}
@@ -690,6 +692,12 @@ def cmake_rows(scratch: Path, sources: int, targets: int, repeat: int, no_op_onl
         rows.append(("CMake+Ninja: full build, -j2 (one)", {**full, "ratio": full["ours"] / full["mono"]}))
     rows.append(("CMake+Ninja: no-op rebuild, -j2", best(roots, repeat, noop)))
     if not no_op_only and not generated:
+        def clean_build(mode: str, root: Path) -> float:
+            subprocess.run([CMAKE, "--build", str(root / "build"), "--target", "clean"], check=True,
+                           stdout=subprocess.DEVNULL, env=cmake_environ())
+            return cmake_build(root)
+        rows.append(("CMake+Ninja: clean build, -j2", best(roots, repeat, clean_build)))
+
         def add(mode: str, root: Path) -> float:
             cmake_configure(root, mode, archs)
             cmake_build(root)

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import subprocess
-import tempfile
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +179,8 @@ def probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: P
     passes ``-x hip``), ``extension`` the probe file's (default: from ``language``), ``what`` names the
     flags in the error."""
     def ask_driver() -> tuple[tuple[str, ...], ...]:
+        import tempfile  # a probe runs once per flag set (then it is cached): not every command's start-up
+
         with tempfile.TemporaryDirectory(prefix="offload-probe-") as scratch:
             source = Path(scratch) / f"{PROBE_STEM}{extension or ('.c' if language == 'c' else '.cpp')}"
             source.write_text("")

@@ -77,10 +77,10 @@ def test_absolute_depfile_names_every_prerequisite_by_absolute_path(tricky):
     prerequisites, escaped the same way, each named from the working directory by absolute path."""
     _oc(tricky, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "relative.d", "--", "-Iinc")
     _oc(tricky, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "absolute.d", "--absolute-depfile", "--", "-Iinc")
-    from offload_builders.cli.compile import _read_make_dependencies
+    from offload_builders.cli.phase_runs import read_make_dependencies
 
-    relative = _read_make_dependencies(str(tricky / "relative.d"))
-    absolute = _read_make_dependencies(str(tricky / "absolute.d"))
+    relative = read_make_dependencies(str(tricky / "relative.d"))
+    absolute = read_make_dependencies(str(tricky / "absolute.d"))
     assert relative[:2] == ["k.cpp", "inc/sp ace.h"] and len(absolute) == len(relative)
     assert absolute == [path if os.path.isabs(path) else str(tricky / path) for path in relative]
 
@@ -88,15 +88,15 @@ def test_absolute_depfile_names_every_prerequisite_by_absolute_path(tricky):
 def test_reading_clangs_file_gives_the_files_and_writes_its_text_back(tricky):
     """The paths read from Clang's file are the files themselves (but for a backslash, which Clang 19 itself
     writes as a ``/``), and escaped again they are Clang's text byte for byte."""
-    from offload_builders.cli.compile import _escape, _read_make_dependencies
+    from offload_builders.cli.phase_runs import escape, read_make_dependencies
 
     subprocess.run([str(LLVM19_BIN / "clang++"), "-Iinc", "-E", "-o", os.devnull, "-MD", "-MF", "clang.d", "k.cpp"],
                    cwd=tricky, check=True, capture_output=True)
-    paths = _read_make_dependencies(str(tricky / "clang.d"))
+    paths = read_make_dependencies(str(tricky / "clang.d"))
     assert paths[0] == "k.cpp" and len(paths) == 1 + len(TRICKY_NAMES)
     assert [path for path in paths[1:] if not (tricky / path).is_file()] == \
         [f"inc/{name.replace(chr(92), '/')}" for name in TRICKY_NAMES if "\\" in name]
-    assert " ".join(_escape(path) for path in paths) == _rule_body((tricky / "clang.d").read_bytes().decode())
+    assert " ".join(escape(path) for path in paths) == _rule_body((tricky / "clang.d").read_bytes().decode())
 
 
 @pytest.mark.parametrize("path", ["a b", "a\\ b", "a\\\\ b", "a\\#b", "x$y$$z", "#$ \\x", "\\b\\c", "tab\there:"])
@@ -104,11 +104,11 @@ def test_our_own_names_read_back_as_they_are(tmp_path, path):
     """Names we add (the output, the host bitcode, the compilers) read back through our reader, the inverse of
     our writer (not a name ending in a backslash: before the separating space, in Clang's files too, it reads
     as an escaped space)."""
-    from offload_builders.cli.compile import _escape, _read_make_dependencies
+    from offload_builders.cli.phase_runs import escape, read_make_dependencies
 
     depfile = tmp_path / "x.d"
-    depfile.write_text(f"out.o: {_escape(path)} \\\n  {_escape('next one')}\n")
-    assert _read_make_dependencies(str(depfile)) == [path, "next one"]
+    depfile.write_text(f"out.o: {escape(path)} \\\n  {escape('next one')}\n")
+    assert read_make_dependencies(str(depfile)) == [path, "next one"]
 
 
 BUILD_NINJA = textwrap.dedent("""\

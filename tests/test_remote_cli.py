@@ -403,12 +403,12 @@ def test_a_file_named_outside_the_root_by_a_relative_path_is_not_cached(tmp_path
 def test_a_compile_naming_its_files_by_absolute_path_keys_the_checkout(tmp_path):
     """``__FILE__`` spells a file as the compile names it: by an absolute path under the checkout (as CMake names
     sources), the object holds the checkout's path, so the key does too, unless -ffile-prefix-map rewrites it."""
-    from offload_builders.cli.compile import _file_names_hold_root
+    from offload_builders.cli.phase_runs import file_names_hold_root
 
     root = str(tmp_path / "checkout")
     relative = ["src/k.hip", "include/k.h", "/usr/include/stdio.h"]
-    assert not _file_names_hold_root(relative, root, ["clang", "-cc1"])
+    assert not file_names_hold_root(relative, root, ["clang", "-cc1"])
     absolute = [f"{root}/src/k.hip", "include/k.h"]
-    assert _file_names_hold_root(absolute, root, ["clang", "-cc1"])
-    assert not _file_names_hold_root(absolute, root, ["clang", "-cc1", f"-fmacro-prefix-map={root}=."])
-    assert _file_names_hold_root(absolute, root, ["clang", "-cc1", "-fmacro-prefix-map=/elsewhere=."])
+    assert file_names_hold_root(absolute, root, ["clang", "-cc1"])
+    assert not file_names_hold_root(absolute, root, ["clang", "-cc1", f"-fmacro-prefix-map={root}=."])
+    assert file_names_hold_root(absolute, root, ["clang", "-cc1", "-fmacro-prefix-map=/elsewhere=."])

@@ -28,7 +28,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from offload_builders.device_libraries import device_library_flags
 from offload_builders.driver import (
     COMPILATION_DIR_FLAGS,
     PREFIX_MAP_FLAGS,
@@ -163,7 +162,10 @@ class PhaseModel(BasePhaseModel):
         )
 
     def _device_steps(self, target: TargetID, language: str, flags: Sequence[str]) -> DeviceSteps:
-        # The GPU math and device libraries as the driver would link them (or -nogpulib where none are found).
+        # The GPU math and device libraries as the driver would link them (or -nogpulib where none are found);
+        # imported here: a host, package or embed phase command never needs them (its start-up).
+        from offload_builders.device_libraries import device_library_flags
+
         extra = device_library_flags(self.toolchain, target, flags)
         jobs = self._jobs(language, (*flags, *extra, *selection_flags(target)))
         device = [job for job in jobs if is_cc1(job) and "-fopenmp-is-target-device" in job]

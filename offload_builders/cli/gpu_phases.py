@@ -1,0 +1,257 @@
+"""``offload-compile`` for HIP (``.hip``) and CUDA (``.cu``) sources: a device compile per target (plus its
+``lld`` link or ``ptxas``), the fat binary or (``-fgpu-rdc``) the offload package, and the host compile, which is
+the object; each the installed driver's own job, as the GPU phase models render them
+(:class:`~offload_builders.models.gpu.GpuPhaseModel`).
+
+Host and device compiles of a source without ``-fgpu-rdc`` share one CUID (``--cuid``, else one derived from
+the source's path, :func:`~offload_builders.models.gpu.default_cuid`); CUDA's compiles also take all the source's
+targets, from which Clang 20+ defines ``__CUDA_ARCH_LIST__``. This module is imported only for such sources.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+
+from offload_builders.cli._common import UsageError
+from offload_builders.cli.phase_options import (
+    PROG,
+    PhaseOptions,
+    input_file,
+    paired_images,
+    refuse,
+    require,
+    source_file,
+    source_model,
+    target_id,
+    target_list,
+)
+from offload_builders.cli.phase_runs import (
+    compile_jobs,
+    compile_one_job,
+    compiler_files,
+    job_files,
+    partial_path,
+    produce_outputs,
+    remote_lookup,
+    run_to,
+    write_depfile,
+)
+from offload_builders.driver import CommandTemplate
+from offload_builders.errors import OffloadError
+from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel
+from offload_builders.models.gpu import GpuDeviceSteps, GpuPhaseModel, check_cuid, default_cuid, is_rdc
+from offload_builders.models.hip import HipPhaseModel
+from offload_builders.phase_table import CUDA, HIP, OPENMP
+from offload_builders.targets import TargetID
+from offload_builders.toolchain import find_toolchain, user_cache
+
+#: The phase model of each GPU model's sources.
+GPU_MODELS: dict[str, type[GpuPhaseModel]] = {HIP: HipPhaseModel, CUDA: CudaPhaseModel}
+
+
+def _model_of(opts: PhaseOptions) -> str:
+    """The model of the command's source (the caller routed it here by its suffix)."""
+    return source_model(opts.positional[0])
+
+
+def _gpu_model(model: str) -> GpuPhaseModel:
+    return GPU_MODELS[model](find_toolchain(), os.getcwd(), user_cache("driver-probes.json", max_entries=256))
+
+
+def _host_flags(phases: GpuPhaseModel, flags: Sequence[str]) -> tuple[str, ...]:
+    """The user's flags plus what the SCons tool adds (:meth:`~offload_builders.models.gpu.GpuPhaseModel.flags_for`)
+    for a host compile or a fat binary's parameters, probed with the model's fixed target (neither depends on it)."""
+    return phases.flags_for(phases.host_probe_target, flags)
+
+
+def _check_gpu_targets(phases: GpuPhaseModel, targets: Sequence[TargetID], option: str) -> None:
+    """Each of ``targets`` a processor the model offloads to, else one line naming ``option``."""
+    for target in targets:
+        try:
+            phases.check_targets([target])
+        except OffloadError as error:
+            raise UsageError(f"{option}: {error}") from None
+
+
+def _gpu_target(phases: GpuPhaseModel, model: str, text: str, option: str) -> TargetID:
+    target = target_id(text, option, model)
+    _check_gpu_targets(phases, [target], option)
+    return target
+
+
+def _device_steps_of(phases: GpuPhaseModel, target: TargetID, flags: Sequence[str]) -> GpuDeviceSteps:
+    return phases.device_steps(target, phases.flags_for(target, flags))
+
+
+def _cuid(opts: PhaseOptions, source: str, rdc: bool) -> dict[str, str]:
+    """The ``cuid`` slot's value: ``--cuid``, else :func:`~offload_builders.models.gpu.default_cuid` of the
+    source's path relative to ``--source-root`` (the SCons tool's rule when that is its top directory), else
+    of its absolute path; never the path as given, so every build directory gives the same objects. RDC
+    compiles pin none (the new driver does not forward ``-cuid``)."""
+    if rdc:
+        refuse(opts, "cuid", why="is for compiles without -fgpu-rdc (relocatable device code has no CUID)")
+        return {}
+    if opts.cuid is not None:
+        try:
+            return {"cuid": check_cuid(opts.cuid)}
+        except OffloadError as error:
+            raise UsageError(f"--cuid: {error}") from None
+    path = os.path.abspath(source)
+    if opts.source_root is not None:
+        path = os.path.relpath(path, os.path.abspath(opts.source_root))
+        if path == os.pardir or path.startswith(os.pardir + os.sep):
+            raise UsageError(f"--source-root: '{source}' is not inside '{opts.source_root}'")
+    return {"cuid": default_cuid(path)}
+
+
+def _arch_list(opts: PhaseOptions, phases: GpuPhaseModel, template: CommandTemplate, flags: Sequence[str],
+               target: TargetID | None = None) -> dict[str, str]:
+    """CUDA: the arch-list slot's value for ``--targets`` (all the source's targets, ``target`` among them), the
+    driver's ``__CUDA_ARCH_LIST__`` for one command compiling them all (Clang 20+); ``{}`` where ``template``
+    has no such slot (Clang 19: ``--targets`` is checked and has no effect). HIP compiles take no list."""
+    if not phases.takes_target_list:
+        refuse(opts, "targets", why=f"is for `{opts.command}` of CUDA (.cu) sources (a HIP {opts.command}"
+                " compile does not depend on the other targets)")
+        return {}
+    if opts.targets is None:
+        if ARCH_LIST_SLOT in template.slots:
+            raise UsageError(f"{opts.command}: --targets is required with Clang {phases.toolchain.major}: its CUDA"
+                             " compiles define __CUDA_ARCH_LIST__ from all the source's targets; give them all, as"
+                             " to `bundle` (e.g. --targets sm_80,sm_90)")
+        return {}
+    targets = target_list(opts)
+    _check_gpu_targets(phases, targets, "--targets")
+    if target is not None and target not in targets:
+        raise UsageError(f"{opts.command}: --targets '{opts.targets}' does not name --target {target}: give all"
+                         " the source's targets")
+    return phases.arch_list_values(template, targets, flags)
+
+
+def device(opts: PhaseOptions) -> int:
+    """HIP: the device compile and (without -fgpu-rdc) its lld link to the code object; CUDA: the device
+    compile to PTX and ptxas to the cubin, the PTX kept as ``<output>.ptx`` for the fat binary."""
+    model = _model_of(opts)
+    refuse(opts, "host_bc", why="is for OpenMP sources (a HIP or CUDA device compile reads only the source)")
+    require(opts, "output", "target")
+    assert opts.output is not None and opts.target is not None
+    source = source_file(opts)
+    phases = _gpu_model(model)
+    target = _gpu_target(phases, model, opts.target, "--target")
+    flags = phases.flags_for(target, opts.flags)
+    rdc = is_rdc(flags)
+    cuid = _cuid(opts, source, rdc)
+    steps = phases.device_steps(target, flags)
+    arch_list = _arch_list(opts, phases, steps.compile, flags, target)
+    second = steps.second_step
+    ptx = phases.kept_compile_output(opts.output, rdc)
+    partial = partial_path(opts.output)
+    with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+        if second is None:
+            compiled = partial                      # HIP with -fgpu-rdc: the device bitcode is the output
+        elif ptx is not None:
+            compiled = partial_path(ptx)            # CUDA: the PTX is kept for the fat binary
+        else:
+            compiled = os.path.join(scratch, "device" + steps.compile_suffix)
+        ran = [steps.compile.render(source=source, main_file_name=os.path.basename(source), output=compiled,
+                                    **cuid, **arch_list)]
+        if second is not None:
+            ran.append(second.render(input=compiled, output=partial))
+        outputs = [opts.output] if ptx is None else [ptx, opts.output]
+        read = compile_jobs(opts, ran, outputs, scratch, tools=compiler_files(phases))
+    programs = [path for job in ran for path in job_files(job)]
+    write_depfile(opts, [*read, *programs, *compiler_files(phases)])
+    return 0
+
+
+def bundle(opts: PhaseOptions) -> int:
+    """The fat binary of a source compiled without -fgpu-rdc, as its model makes it
+    (:meth:`~offload_builders.models.gpu.GpuPhaseModel.fatbin_job`): HIP's written in-process (compressed as the
+    flags say), CUDA's by the toolkit's ``fatbinary`` (each cubin, and the PTX beside it where the driver puts PTX
+    in)."""
+    require(opts, "output", "targets")
+    assert opts.output is not None
+    source = source_file(opts)
+    model = source_model(source)
+    if model == OPENMP:
+        raise UsageError(f"bundle: '{source}' is neither HIP (.hip) nor CUDA (.cu): its offload package is made by"
+                         f" `{PROG} package`")
+    pairs = paired_images(opts, "code object" if model == HIP else "cubin")
+    phases = _gpu_model(model)
+    _check_gpu_targets(phases, [target for target, _ in pairs], "--targets")
+    if is_rdc(_host_flags(phases, opts.flags)):
+        raise UsageError(f"bundle: with -fgpu-rdc the device code goes into an offload package: use `{PROG} package`")
+    partial = partial_path(opts.output)
+    job = phases.fatbin_job(opts.flags, pairs, partial, environ=os.environ)
+    for path in job.kept:
+        input_file(path, "the device compile's output (kept beside its image by `device`)")
+    if job.command is None:
+        write = job.write
+        assert write is not None
+
+        def produce() -> list[str]:
+            write()
+            return list(job.reads)
+
+        # Written here: keyed by what the writer is given and by our code.
+        lookup = remote_lookup(opts, [list(job.described)], [opts.output], inputs=job.reads,
+                               tools=compiler_files(phases), in_process=True)
+        produce_outputs([opts.output], produce, lookup)
+        programs: list[str] = []
+    else:
+        run_to(opts, job.command, opts.output, inputs=job.reads, tools=compiler_files(phases))
+        programs = job_files(job.command)
+    write_depfile(opts, [*job.reads, *programs, *compiler_files(phases)])
+    return 0
+
+
+def package(opts: PhaseOptions) -> int:
+    """-fgpu-rdc: the offload package of a source's per-target device code (HIP bitcode, CUDA relocatable
+    cubins), by ``clang-offload-packager`` as the SCons tool runs it."""
+    require(opts, "output", "targets")
+    assert opts.output is not None
+    source = source_file(opts)
+    model = source_model(source)
+    pairs = paired_images(opts, "device image")
+    phases = _gpu_model(model)
+    _check_gpu_targets(phases, [target for target, _ in pairs], "--targets")
+    if not is_rdc(_host_flags(phases, opts.flags)):
+        raise UsageError(f"package: '{source}' is {model.upper()} without -fgpu-rdc: its fat binary is made by"
+                         f" `{PROG} bundle` (add -fgpu-rdc to every phase's flags for relocatable device code)")
+    images = [(_device_steps_of(phases, target, opts.flags), path) for target, path in pairs]
+    partial = partial_path(opts.output)
+    argv = phases.package_command(images, partial)
+    run_to(opts, argv, opts.output, inputs=[path for _, path in pairs], tools=compiler_files(phases))
+    write_depfile(opts, [*(path for _, path in pairs), *job_files(argv), *compiler_files(phases)])
+    return 0
+
+
+def host(opts: PhaseOptions) -> int:
+    """The host compile, which is the object: with the fat binary (``--fatbin``, and the CUID its device
+    code was compiled with) or, with -fgpu-rdc, the offload package (``--package``)."""
+    model = _model_of(opts)
+    refuse(opts, "host_bc", why="is for OpenMP sources (a HIP or CUDA host compile reads the source)")
+    require(opts, "output")
+    assert opts.output is not None
+    source = source_file(opts)
+    phases = _gpu_model(model)
+    flags = _host_flags(phases, opts.flags)
+    rdc = is_rdc(flags)
+    if rdc:
+        refuse(opts, "fatbin", why="is for compiles without -fgpu-rdc; with it the host compile takes --package")
+        require(opts, "package")
+        assert opts.package is not None
+        device_side = {"package": input_file(opts.package, "--package")}
+    else:
+        refuse(opts, "package", why="is for -fgpu-rdc compiles; without it the host compile takes --fatbin")
+        require(opts, "fatbin")
+        assert opts.fatbin is not None
+        device_side = {"fatbin": input_file(opts.fatbin, "--fatbin")}
+    cuid = _cuid(opts, source, rdc)
+    steps = phases.host_steps(flags)
+    arch_list = _arch_list(opts, phases, steps.compile, flags)
+    argv = steps.compile.render(source=source, main_file_name=os.path.basename(source),
+                                output=partial_path(opts.output), **device_side, **cuid, **arch_list)
+    read = compile_one_job(opts, argv, opts.output, tools=compiler_files(phases), inputs=list(device_side.values()))
+    write_depfile(opts, [*read, *device_side.values(), *job_files(argv), *compiler_files(phases)])
+    return 0
