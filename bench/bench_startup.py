@@ -19,7 +19,8 @@ It prints the median of each and the own cost of each phase command: its median 
 bytecode cache is enabled in a private directory (this environment may set ``PYTHONDONTWRITEBYTECODE``, which
 would add the compilation of every module to each run) and warmed once before timing.
 
-Usage: ``.venv/bin/python bench/bench_startup.py [--runs 9] [--target x86_64-unknown-linux-gnu]``
+Usage: ``.venv/bin/python bench/bench_startup.py [--runs 9] [--target x86_64-unknown-linux-gnu] [--modules M1,M2]``
+(an earlier version of the package: ``PYTHONPATH=<its tree>`` and ``--modules offload_builders.cli.compile``).
 """
 from __future__ import annotations
 
@@ -74,9 +75,9 @@ def _jobs(work: Path, target: str) -> tuple[list[str], list[list[str]]]:
 PHASE_MODULES = "offload_builders.cli.compile, offload_builders.cli.openmp_phases"
 
 
-def _stdlib_modules(python: str, env: Mapping[str, str]) -> list[str]:
-    """The top-level standard-library modules that importing an OpenMP phase command adds to a bare start-up."""
-    script = ("import sys; before = set(sys.modules); import " + PHASE_MODULES + "; print(' '.join(sorted("
+def _stdlib_modules(python: str, env: Mapping[str, str], modules: str) -> list[str]:
+    """The top-level standard-library modules that importing ``modules`` adds to a bare start-up."""
+    script = ("import sys; before = set(sys.modules); import " + modules + "; print(' '.join(sorted("
               "name for name in set(sys.modules) - before if '.' not in name and not name.startswith('_')"
               " and name != 'offload_builders')))")
     done = subprocess.run([python, "-c", script], env=dict(env), capture_output=True, text=True, check=True)
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9, help="rounds (the commands take turns within each)")
     parser.add_argument("--target", default="x86_64-unknown-linux-gnu", help="the device phase's target")
+    parser.add_argument("--modules", default=PHASE_MODULES,
+                        help="what an OpenMP phase command imports (another version of the package: its modules)")
     args = parser.parse_args(argv)
     python = sys.executable
     tool = [python, "-c", "import sys; from offload_builders.cli.compile import main; sys.exit(main())"]
@@ -99,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         host = [*tool, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "k.host.d", "--", *FLAGS]
         device = [*tool, "device", "k.cpp", "--host-bc", "k.host.bc", "--target", args.target, "-o", "k.dev.o",
                   "--depfile", "k.dev.d", "--", *FLAGS]
-        stdlib = _stdlib_modules(python, env)
+        stdlib = _stdlib_modules(python, env, args.modules)
         commands: dict[str, list[list[str]]] = {
             "python -c pass": [[python, "-c", "pass"]],
             f"stdlib: import {len(stdlib)} modules": [[python, "-c", "import " + ", ".join(stdlib)]],
-            "import (stdlib + ours)": [[python, "-c", "import " + PHASE_MODULES]],
+            "import (stdlib + ours)": [[python, "-c", "import " + args.modules]],
             "offload-compile host": [host],
             "host job (-cc1) alone": [host_job],
             "offload-compile device": [device],
