@@ -11,6 +11,9 @@ back from it becomes a build's objects, so no other user may write it):
   under that file's own ``flock``, so concurrent compiles seldom wait for one another. The cache's ``size`` and
   ``entries`` are counters too, added to by each store, so a store never walks the tree; :meth:`CacheStore.evict`
   walks it and sets them right.
+* ``lists/<key[:2]>/<key>``: the file lists of a key's earlier runs (the launcher's direct mode: which files a
+  compile read is known after it ran), each replaced whole by the last writer; small, outside the size limit, gone
+  with :meth:`CacheStore.clear`.
 * ``config``: ``max_size = <bytes>`` (``offload-cache -M``).
 * ``lock``: taken by eviction and clearing, so that two of them never walk and remove at once.
 
@@ -36,7 +39,7 @@ from offload_builders.private_dirs import (
 
 TYPE_CHECKING = False  # typing costs every compile's start-up: for type checkers only
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from types import TracebackType
 
 #: The cache's size limit unless ``config`` says otherwise (``offload-cache -M``).
@@ -52,6 +55,10 @@ _RECENT_SECONDS = 60
 _EVICT_TO_PERCENT = 90
 #: Temporary directories older than this were left by killed launchers: eviction removes them.
 _STALE_TEMP_SECONDS = 3600
+
+#: The file lists kept per key (the most recent first), and the largest such file read.
+_MAX_FILE_LISTS = 8
+_MAX_FILE_LISTS_BYTES = 4 << 20
 
 _MANIFEST = "@manifest"  # "@" is not allowed in the callers' names: no file can take its place
 _MANIFEST_MAGIC = b"offload-cache-entry 1\n"
@@ -248,6 +255,33 @@ class CacheStore:
             self.count("evictions", evicted)
         return freed
 
+    # File lists (the direct mode's manifests).
+
+    def file_lists(self, key: str) -> list[list[str]]:
+        """The lists of files that earlier runs behind ``key`` read, the most recent first ([]: none)."""
+        text = trusted_file_text(self._file_lists_path(key), _MAX_FILE_LISTS_BYTES)
+        if not text:
+            return []
+        return [block.split("\n") for block in text.split("\n\n") if block]
+
+    def add_file_list(self, key: str, files: Sequence[str]) -> None:
+        """Record ``files`` (read by a run behind ``key``) first among its lists, keeping the most recent
+        :data:`_MAX_FILE_LISTS`; fails soft (a list that cannot be written is a later miss)."""
+        files = list(files)
+        if self.read_only or not files or any(not name or "\n" in name for name in files):
+            return
+        lists = [files, *(known for known in self.file_lists(key) if known != files)][:_MAX_FILE_LISTS]
+        path = self._file_lists_path(key)
+        try:
+            os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+            replace_private_file(path, "\n\n".join("\n".join(known) for known in lists))
+        except OSError:
+            pass
+
+    def _file_lists_path(self, key: str) -> str:
+        self._entry_dir(key)  # checks the key
+        return os.path.join(self.root, "lists", key[:2], key)
+
     def clear(self) -> None:
         """Remove every entry (and what killed launchers left in ``tmp/``); statistics other than the size and
         entry count stay, as ``ccache -C`` keeps them."""
@@ -266,6 +300,10 @@ class CacheStore:
                     os.rename(shard, doomed)  # gone at once for readers, deleted below
                 except OSError:
                     continue
+            try:
+                os.rename(os.path.join(self.root, "lists"), self._temp_name("cleared"))
+            except OSError:
+                pass
             _remove_tree(os.path.join(self.root, "tmp"))
             self._set_content_counters(0, 0)
         finally:

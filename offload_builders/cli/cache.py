@@ -1,0 +1,221 @@
+"""``offload-cache``: a compiler launcher that caches each job of a Clang OpenMP offload compile on its own.
+
+Used as ccache and sccache are::
+
+    cmake -DCMAKE_CXX_COMPILER_LAUNCHER=offload-cache -DCMAKE_CXX_COMPILER=clang++-19 ...
+    make CXX="offload-cache clang++-19"
+    # Meson: [binaries] cpp = ['offload-cache', 'clang++-19']
+
+A compile with OpenMP offloading (``-fopenmp`` with ``--offload-arch=`` or ``-fopenmp-targets=``, ``-c``, one
+source) is looked up as a whole first: the command's key (:func:`~offload_builders.launcher.keys.command_key`)
+and the files its last runs read, hashed as they are now (ccache's direct mode), name the object, the dependency
+file and the diagnostics to replay; such a hit imports little and runs no compiler. Otherwise the driver's jobs
+(``-###``) run one by one, each kept in the cache under its own key (:mod:`offload_builders.launcher.jobs`), so
+adding a target runs that target's device compile, the packager and the embedding back end only. Every other
+command runs the compiler unchanged (:mod:`offload_builders.launcher.command` says which).
+
+The object equals the driver's for the same command, byte for byte: the launcher adds nothing to the command.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from offload_builders.cli._common import UsageError, run_guarded
+from offload_builders.launcher.command import Command, read_command
+from offload_builders.launcher.keys import Key, command_key, files_part
+from offload_builders.launcher.store import CacheStore, parse_size
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+PROG = "offload-cache"
+
+_HELP = f"""OVERVIEW: A compiler launcher that caches each job of a Clang OpenMP offload compile on its own.
+
+USAGE: {PROG} <compiler> <arguments...>     compile through the cache (as CMAKE_<LANG>_COMPILER_LAUNCHER)
+       {PROG} -s | --show-stats            print the statistics and the cache's size
+       {PROG} -z | --zero-stats            zero the statistics
+       {PROG} -C | --clear                 remove every entry
+       {PROG} -M | --max-size <size>       set the size limit (e.g. 10G, 500M; 0: no limit)
+
+The cache lives in $OFFLOAD_CACHE_DIR, else offload-cache in the per-user cache directory
+($OFFLOAD_BUILDERS_CACHE_DIR, else $XDG_CACHE_HOME/offload-builders or ~/.cache/offload-builders).
+OFFLOAD_CACHE_DISABLE=1 runs every command unchanged; OFFLOAD_CACHE_RECACHE=1 runs every job and stores it anew;
+OFFLOAD_CACHE_READONLY=1 looks up but stores nothing; OFFLOAD_CACHE_LOGFILE=<file> gets a line per miss saying why.
+"""
+
+
+def _set(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def _run_unchanged(argv: Sequence[str]) -> int:
+    """Run the compiler as it was asked for (this process becomes it)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], list(argv))
+    except OSError as error:
+        print(f"{PROG}: error: cannot run '{argv[0]}': {error.strerror}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+def _log(line: str) -> None:
+    path = os.environ.get("OFFLOAD_CACHE_LOGFILE")
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(f"{PROG}[{os.getpid()}] {line}\n")
+    except OSError:
+        pass
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    partial = path + ".partial"
+    with open(partial, "wb") as f:
+        f.write(data)
+    os.replace(partial, path)
+
+
+def _replayed(command: Command, store: CacheStore, base: Key) -> bool:
+    """The whole command from the cache (the direct mode's hit): the object, the dependency file and the
+    diagnostics of the run that stored it. False: a miss."""
+    import json
+
+    if _set("OFFLOAD_CACHE_RECACHE"):
+        return False
+    assert command.output is not None
+    key = base.hex()
+    for files in store.file_lists(key):
+        parts = files_part(files, identity=True)
+        if parts is None:
+            continue
+        entry = store.lookup(Key("result", key, *parts).hex())
+        if entry is None:
+            continue
+        with entry:
+            meta = json.loads(entry.meta)
+            entry.copy_to("out", command.output)
+            if meta.get("depfile"):
+                _write_atomically(meta["depfile"], meta["depfile_text"].encode(errors="surrogateescape"))
+            stderr = meta.get("stderr", "").encode(errors="surrogateescape")
+        if stderr:
+            sys.stderr.buffer.write(stderr)
+            sys.stderr.buffer.flush()
+        return True
+    return False
+
+
+def launch(argv: Sequence[str]) -> int:
+    """Compile ``argv`` (a compiler and its arguments) through the cache; every failure of the cache itself is a
+    compile as if there were none."""
+    if _set("OFFLOAD_CACHE_DISABLE"):
+        return _run_unchanged(argv)
+    command = read_command(argv)
+    store = CacheStore.open() if command.splits else None
+    if store is None:
+        if command.reason is not None:
+            _log(f"runs unchanged: {command.reason}: {' '.join(argv)}")
+            if (counted := CacheStore.open()) is not None:
+                counted.count("pass-through")
+        return _run_unchanged(argv)
+    assert command.output is not None and command.source is not None
+    cwd = os.getcwd()
+    base = command_key(command.compiler, command.expanded, cwd, os.environ)
+    if _replayed(command, store, base):
+        store.count("hits")
+        return 0
+    return _compile(command, store, base, cwd)
+
+
+def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
+    """A miss: the driver's jobs, each from the cache or run here; then the whole command is stored."""
+    import json
+
+    from offload_builders.launcher.jobs import JobsFailed, driver_jobs, run_jobs
+
+    assert command.output is not None
+    found = driver_jobs(command, store, base)
+    if found is None:  # the driver refused the command: it says why itself
+        store.count("pass-through")
+        return _run_unchanged([command.compiler, *command.arguments])
+    log: list[str] = []
+    try:
+        result = run_jobs(command, found, store, cwd, command.output, log)
+    except JobsFailed as failed:
+        store.count("failed")
+        _log(f"compile failed: {command.source}")
+        return failed.status
+    if result.depfile is not None and result.depfile_text is not None:
+        _write_atomically(result.depfile, result.depfile_text)
+    store.count("misses")
+    _log(f"miss {command.source}: {'; '.join(log) or 'every job was a hit'}")
+    parts = files_part(result.read, identity=True)
+    if parts is not None and result.read:
+        meta = {"stderr": result.stderr.decode(errors="surrogateescape"), "depfile": result.depfile,
+                "depfile_text": (result.depfile_text or b"").decode(errors="surrogateescape")}
+        key = base.hex()
+        store.add_file_list(key, result.read)
+        store.store(Key("result", key, *parts).hex(), {"out": command.output}, json.dumps(meta).encode())
+    return 0
+
+
+def _manage(args: Sequence[str]) -> int:
+    """The options that manage the cache (no compiler named)."""
+    from offload_builders import __version__
+
+    if not args or args[0] in ("-h", "--help", "-help"):
+        sys.stdout.write(_HELP)
+        return 0
+    if args[0] == "--version":
+        print(f"{PROG} (offload-builders) {__version__}")
+        return 0
+    store = CacheStore.open()
+    if store is None:
+        raise UsageError("the cache is off or cannot be used (see $OFFLOAD_CACHE_DIR)")
+    option, rest = args[0], list(args[1:])
+    if option.startswith("--max-size="):
+        option, rest = "--max-size", [option.split("=", 1)[1], *rest]
+    expected = 1 if option in ("-M", "--max-size") else 0
+    if len(rest) != expected:
+        raise UsageError(f"{option}: expected {expected} value(s), got {len(rest)} (see --help)")
+    if option in ("-s", "--show-stats"):
+        sys.stdout.write(store.show_stats())
+    elif option in ("-z", "--zero-stats"):
+        store.zero_stats()
+    elif option in ("-C", "--clear"):
+        store.clear()
+    elif option in ("-M", "--max-size"):
+        try:
+            store.set_max_size(parse_size(rest[0]))
+        except ValueError as error:
+            raise UsageError(f"{option}: {error}") from None
+    else:
+        raise UsageError(f"unknown option '{option}' (see --help); a compile names the compiler first")
+    return 0
+
+
+def _launch_or_compile(argv: Sequence[str]) -> int:
+    """:func:`launch`, and where the cache itself fails (a bug, a file system that misbehaves), one warning and
+    the compile as if there were no cache: the launcher never fails a build the compiler would not."""
+    try:
+        return launch(argv)
+    except Exception as error:  # noqa: BLE001 - the cache must never be why a compile fails
+        print(f"{PROG}: warning: the cache failed ({type(error).__name__}: {error}); compiling without it",
+              file=sys.stderr)
+        return _run_unchanged(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0].startswith("-"):
+        return run_guarded(PROG, lambda: _manage(args))
+    return _launch_or_compile(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""What a compiler command line asks for, as far as ``offload-cache`` must know: whether it splits it, and why not.
+
+The launcher splits one kind of command: a compile (``-c``) of one source to one object file with OpenMP offloading
+(``-fopenmp`` and offload targets). Everything else (no offloading, compile and link in one command, several
+sources, preprocessing, ``-o -``, ``-###``, ``--version``, a command it cannot read) runs the compiler unchanged:
+the launcher never guesses.
+
+Response files (``@file``) are read here only to decide (GNU quoting, as Clang reads them on Linux); the driver
+is given the command as it was written.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+
+TYPE_CHECKING = False  # typing costs every compile's start-up: for type checkers only
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+#: Suffixes of the sources the launcher splits (C and C++; the driver infers the language from them).
+SOURCE_SUFFIXES = (".c", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".CPP", ".i", ".ii")
+#: Options after which the next word is their value (so not an input), as Clang's driver parses them.
+_SEPARATE_VALUE = frozenset({
+    "-o", "-x", "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-D", "-U", "-MF", "-MT", "-MQ",
+    "-Xclang", "-Xopenmp-target", "-Xarch_device", "-Xarch_host", "-Xlinker", "-Xassembler", "-Xpreprocessor",
+    "-target", "--target", "-arch", "-isysroot", "--sysroot", "-iprefix", "-iwithprefix", "-iwithprefixbefore",
+    "-L", "-l", "-T", "-u", "-z", "-mllvm", "-working-directory", "-ivfsoverlay", "-resource-dir", "-B",
+    "-Xcuda-ptxas", "-Xcuda-fatbinary", "-Xoffload-linker", "--offload-arch", "-fopenmp-targets", "-Xopenmp",
+    "-F", "-cxx-isystem", "-isystem-after", "-Xanalyzer", "-dependency-file", "-MJ", "-serialize-diagnostics",
+    "--config", "-fmodules-cache-path", "-fprofile-instr-use", "-fprofile-use",
+})
+#: Options that make the command something other than one compile to an object file.
+_NOT_A_COMPILE = frozenset({
+    "-E", "-S", "-M", "-MM", "-###", "-v", "--version", "-help", "--help", "-fsyntax-only", "-emit-llvm",
+    "-emit-ast", "-print-search-dirs", "-fdriver-only", "-save-temps", "--save-temps", "-fmodule-header",
+    "-fmodules", "-fcxx-modules", "-fembed-bitcode", "-fuse-cuid=random",
+})
+#: Prefixes of such options (``-save-temps=obj``, ``-print-...``).
+_NOT_A_COMPILE_PREFIXES = ("-save-temps=", "-print-", "--print-", "-fprofile-generate", "-fprofile-instr-generate",
+                           "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl")
+#: The options that ask the driver for offload targets.
+_TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=")
+#: Dependency-file options: the driver writes the depfile in its jobs; the launcher writes it itself.
+DEPENDENCY_FLAGS = frozenset({"-MD", "-MMD", "-MP", "-MG", "-MV"})
+#: The most response files one command may nest (as Clang's own limit, roughly).
+_MAX_RESPONSE_FILES = 32
+
+
+class Command:
+    """One compiler command as the launcher sees it: the compiler, its arguments (response files read), and, where
+    it splits it, the source, the object and the dependency-file request."""
+
+    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "depfile", "reason", "response_files")
+
+    def __init__(self, compiler: str, arguments: Sequence[str]) -> None:
+        self.compiler = compiler
+        self.arguments = tuple(arguments)
+        self.response_files: list[str] = []
+        self.expanded: tuple[str, ...] = ()
+        self.source: str | None = None
+        self.output: str | None = None
+        self.depfile: str | None = None
+        #: Why the launcher runs this command unchanged (None: it splits it).
+        self.reason: str | None = None
+
+    @property
+    def splits(self) -> bool:
+        return self.reason is None
+
+
+def read_command(argv: Sequence[str], cwd: str | None = None) -> Command:
+    """``argv`` (the compiler and its arguments, as the build system ran them) read: see :class:`Command`."""
+    command = Command(argv[0], argv[1:])
+    try:
+        command.expanded = tuple(_expanded(argv[1:], cwd or os.getcwd(), command.response_files))
+    except (OSError, ValueError) as error:
+        command.reason = f"cannot read a response file: {error}"
+        return command
+    command.reason = _why_not(command)
+    return command
+
+
+def _expanded(arguments: Sequence[str], cwd: str, read: list[str], depth: int = 0) -> list[str]:
+    words: list[str] = []
+    for word in arguments:
+        if word.startswith("@") and len(word) > 1:
+            if depth >= _MAX_RESPONSE_FILES:
+                raise ValueError(f"response files nested deeper than {_MAX_RESPONSE_FILES}")
+            path = os.path.join(cwd, word[1:])
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read()
+            read.append(path)
+            words += _expanded(shlex.split(text, comments=False, posix=True), cwd, read, depth + 1)
+        else:
+            words.append(word)
+    return words
+
+
+def _why_not(command: Command) -> str | None:
+    """None where the launcher splits ``command``, else why it runs the compiler unchanged."""
+    words = command.expanded
+    inputs: list[str] = []
+    compiles = openmp = targets = False
+    language: str | None = None
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in _NOT_A_COMPILE or word.startswith(_NOT_A_COMPILE_PREFIXES):
+            return f"{word} is not a compile to an object file"
+        if word == "-c":
+            compiles = True
+        elif word in ("-fopenmp", "-fopenmp=libomp"):
+            openmp = True
+        elif word in ("-fno-openmp",) or (word.startswith("-fopenmp=") and word != "-fopenmp=libomp"):
+            openmp = False
+        elif word.startswith(_TARGET_PREFIXES):
+            targets = True
+        elif word in ("--offload-arch", "-fopenmp-targets"):
+            targets = True
+        elif word == "-o":
+            command.output = words[index + 1] if index + 1 < len(words) else None
+        elif word.startswith("-o") and len(word) > 2:
+            command.output = word[2:]
+        elif word == "-MF":
+            command.depfile = words[index + 1] if index + 1 < len(words) else None
+        elif word.startswith("-MF") and len(word) > 3:
+            command.depfile = word[3:]
+        elif word == "-x":
+            language = words[index + 1] if index + 1 < len(words) else None
+        elif word.startswith("-x") and len(word) > 2:
+            language = word[2:]
+        elif word == "-" or not word.startswith("-"):
+            inputs.append(word)
+        if word in _SEPARATE_VALUE:
+            index += 1
+        index += 1
+    if not compiles:
+        return "not a compile (-c): a link, or compile and link in one command"
+    if not openmp or not targets:
+        return "no OpenMP offloading (-fopenmp with --offload-arch= or -fopenmp-targets=)"
+    if len(inputs) != 1:
+        return f"{len(inputs)} inputs: the launcher splits a compile of one source"
+    if inputs[0] == "-":
+        return "the source is read from standard input"
+    if language is None and not inputs[0].endswith(SOURCE_SUFFIXES):
+        return f"'{inputs[0]}' is not a C or C++ source"
+    if language is not None and language not in ("c", "c++"):
+        return f"-x {language}: the launcher splits C and C++ sources"
+    if command.output == "-":
+        return "-o -: the object goes to standard output"
+    if command.output is None:
+        command.output = os.path.splitext(os.path.basename(inputs[0]))[0] + ".o"
+    command.source = inputs[0]
+    return None

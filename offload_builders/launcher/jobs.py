@@ -1,0 +1,365 @@
+"""An offload compile run job by job, as the driver would run it, each job's output kept in the cache on its own.
+
+``clang -###`` prints the jobs the driver would run (for OpenMP: the host front end, a device compile per target,
+``clang-offload-packager``, the host back end that embeds the package). The launcher runs the same jobs in the
+same order with the same words, but for
+
+* the driver's temporary files, which get names in a private scratch directory (each keeps its suffix: the
+  packager takes an image's kind from it); the object is written to ``<object>.partial`` and renamed;
+* dependency files: each job's ``-dependency-file`` writes into the scratch directory; the driver's file is the
+  one the last such job writes (every job writes the same name), so that one is copied to the name asked for;
+* each compile that reads the source also lists every file it read (system headers too) for the key: its own
+  dependency file where it writes one with system headers, else one added for the purpose, else (``-MMD``) a
+  preprocessing-only scan of the same job after it ran.
+
+A job's key (:mod:`offload_builders.launcher.keys`) holds its words with those names replaced by placeholders,
+the digests of the earlier jobs' outputs it reads, and for the compiles of the source the files they read. Adding
+a target of the same triple leaves the host front end's words and every other target's device compile as they
+were: only the new device compile, the packager and the embedding back end run. Diagnostics are kept per job and
+printed in the driver's order, from the cache too; the first failing job ends the command with its exit status,
+as the driver stops there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from offload_builders.driver import is_cc1, parse_driver_jobs, value_after
+from offload_builders.launcher.keys import Key, file_digest, files_part, job_records_directory, program_identity
+from offload_builders.launcher.store import CacheStore, Entry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from offload_builders.launcher.command import Command
+
+#: Lines of ``-###`` output that are the driver describing itself, not a diagnostic it would print when compiling.
+_DRIVER_BANNER = ("Target: ", "Thread model: ", "InstalledDir: ", "Configuration file: ", "Build config: ",
+                  "System configuration file directory: ", "User configuration file directory: ")
+#: A ``-cc1`` job's dependency-file options (with their values) and flags.
+_DEPENDENCY_VALUES = ("-dependency-file", "-MT")
+_DEPENDENCY_FLAGS = ("-sys-header-deps", "-MP", "-MG", "-MV", "-module-file-deps")
+#: A ``-cc1`` job's action flags: a scan replaces it by ``-Eonly``.
+_CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
+
+
+class JobsFailed(Exception):
+    """A job failed: its diagnostics (and the earlier jobs') were printed; the command's exit status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class DriverJobs:
+    """The jobs ``-###`` printed for a command, and what the driver itself said (its warnings)."""
+
+    __slots__ = ("jobs", "said")
+
+    def __init__(self, jobs: list[list[str]], said: str) -> None:
+        self.jobs = jobs
+        self.said = said
+
+
+def driver_jobs(command: Command, store: CacheStore | None, base: Key) -> DriverJobs | None:
+    """The jobs of ``command`` (``base``: its key without files), from the cache unless the command names
+    ``native`` (this machine's GPUs, asked at every compile) or the cache is off. None: ``-###`` failed (the
+    command then runs as it is, so that the driver says why)."""
+    cached = "native" not in " ".join(command.expanded) and store is not None
+    key = base.copy().add("-###").hex()
+    if cached and store is not None and (entry := store.lookup(key)) is not None:
+        with entry:
+            try:
+                record = json.loads(entry.meta)
+                return DriverJobs([list(job) for job in record["jobs"]], str(record["said"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+    try:
+        done = subprocess.run([command.compiler, "-###", *command.arguments], capture_output=True,
+                              text=True, errors="surrogateescape", check=False)
+    except OSError:
+        return None
+    if done.returncode != 0:
+        return None
+    jobs = parse_driver_jobs(done.stderr)
+    lines = [line for line in done.stderr.splitlines(keepends=True) if not line.startswith(' "')]
+    if lines and " version " in lines[0]:
+        lines = lines[1:]
+    said = "".join(line for line in lines if not line.startswith(_DRIVER_BANNER))
+    if cached and store is not None and jobs:
+        with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
+            record_path = os.path.join(scratch, "empty")
+            open(record_path, "wb").close()
+            store.store(key, {"none": record_path}, json.dumps({"jobs": jobs, "said": said}).encode())
+    return DriverJobs(jobs, said)
+
+
+class _Job:
+    """One job: its words as the driver printed them, where it writes, and what it reads of the earlier jobs."""
+
+    __slots__ = ("index", "words", "output", "reads_source", "depfile")
+
+    def __init__(self, index: int, words: list[str], source: str) -> None:
+        self.index = index
+        self.words = words
+        self.output = value_after(words, "-o")
+        self.reads_source = is_cc1(words) and source in words and value_after(words, "-x") != "ir"
+        self.depfile = value_after(words, "-dependency-file") if is_cc1(words) else None
+
+
+class Result:
+    """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics."""
+
+    __slots__ = ("read", "depfile", "depfile_text", "stderr")
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+        self.depfile: str | None = None
+        self.depfile_text: bytes | None = None
+        self.stderr = b""
+
+
+def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd: str, output: str,
+             log: list[str]) -> Result:
+    """Run (or take from the cache) every job of ``found``; the object goes to ``output`` (atomically). Raises
+    :class:`JobsFailed` where a job fails, after printing the diagnostics the driver would have printed."""
+    assert command.source is not None
+    jobs = [_Job(index, words, command.source) for index, words in enumerate(found.jobs)]
+    final = command.output
+    if not jobs or jobs[-1].output != final:
+        raise ValueError("the driver's last job does not write the object")
+    records = _records_directory(jobs)
+    result = Result()
+    result.stderr = found.said.encode(errors="surrogateescape")
+    _print(result.stderr)
+    digests: dict[int, str] = {}
+    entries: dict[int, Entry] = {}
+    with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
+        names = _scratch_names(jobs, scratch)
+        try:
+            for job in jobs:
+                _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, result, log)
+        finally:
+            for entry in entries.values():
+                entry.close()
+        last = jobs[-1]
+        partial = output + ".partial"
+        shutil.copyfile(names[last.index], partial)
+        os.replace(partial, output)
+    return result
+
+
+def _records_directory(jobs: Sequence[_Job]) -> bool:
+    return any(job_records_directory(job.words) for job in jobs if is_cc1(job.words))
+
+
+def _scratch_names(jobs: Sequence[_Job], scratch: str) -> dict[int, str]:
+    """Each job's output in the scratch directory, keeping the driver's suffix."""
+    names = {}
+    for job in jobs:
+        suffix = os.path.splitext(job.output or "")[1]
+        names[job.index] = os.path.join(scratch, f"job{job.index}{suffix}")
+    return names
+
+
+def _replaced(word: str, mapping: dict[str, str]) -> str:
+    for old, new in mapping.items():
+        if old in word:
+            word = word.replace(old, new)
+    return word
+
+
+def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: dict[int, str],
+             entries: dict[int, Entry], store: CacheStore | None, cwd: str, records: bool, scratch: str,
+             result: Result, log: list[str]) -> None:
+    earlier = [other for other in jobs[:job.index] if other.output]
+    reads = [other for other in earlier if any(other.output and other.output in word for word in job.words)]
+    placeholders = {other.output: f"@job{other.index}@" for other in earlier if other.output}
+    to_scratch = {other.output: names[other.index] for other in earlier if other.output}
+    run_words = [_replaced(word, to_scratch) for word in job.words]
+    key_words = [_replaced(word, placeholders) for word in job.words]
+    _without_value(run_words, "-o")
+    _without_value(key_words, "-o")
+    dependency_values, key_words = _dependency_options(key_words)
+    if not records:
+        key_words = [_cwd_free(word, cwd) for word in key_words]
+    key = Key("job", program_identity(job.words[0]), *key_words,
+              *(f"reads @job{other.index}@ {digests[other.index]}" for other in reads))
+    if records:
+        key.add("cwd", cwd)
+    base = key.hex()
+    entry = _lookup(store, base, job.reads_source)
+    if entry is not None:
+        kept = json.loads(entry.meta)
+        digests[job.index] = kept["digest"]
+        entries[job.index] = entry
+        _take_dependencies(job, kept, result)
+        stderr = kept["stderr"].encode(errors="surrogateescape")
+        result.stderr += stderr
+        _print(stderr)
+        if job is jobs[-1]:
+            entry.copy_to("out", names[job.index])
+        return
+    log.append(f"job {job.index} ({os.path.basename(job.words[0])}) ran")
+    for other in reads:  # earlier outputs this job reads, taken from the cache where they were hits
+        if other.index in entries and not os.path.exists(names[other.index]):
+            entries[other.index].copy_to("out", names[other.index])
+    output = names[job.index]
+    depfile = os.path.join(scratch, f"job{job.index}.d")
+    argv = _with_output(run_words, output, depfile, dependency_values, job.reads_source)
+    done = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
+    result.stderr += done.stderr
+    _print(done.stderr)
+    if done.returncode != 0:
+        raise JobsFailed(done.returncode if done.returncode > 0 else 1)
+    meta: dict[str, object] = {"stderr": done.stderr.decode(errors="surrogateescape")}
+    read: list[str] = []
+    if job.reads_source:
+        read = _files_read(argv, depfile, dependency_values, scratch)
+        for path in read:
+            if path not in result.read:
+                result.read.append(path)
+        if job.depfile is not None:
+            with open(depfile, "rb") as f:
+                text = f.read()
+            meta["depfile"] = text.decode(errors="surrogateescape")
+            result.depfile, result.depfile_text = job.depfile, text
+        meta["read"] = read
+    digest = file_digest(output)
+    assert digest is not None
+    digests[job.index] = meta["digest"] = digest
+    if store is not None:
+        encoded = json.dumps(meta).encode()
+        if job.reads_source:
+            parts = files_part(read, identity=True)
+            if parts is not None:
+                store.add_file_list(base, read)
+                store.store(Key("result", base, *parts).hex(), {"out": output}, encoded)
+        else:
+            store.store(base, {"out": output}, encoded)
+
+
+def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | None:
+    if store is None or os.environ.get("OFFLOAD_CACHE_RECACHE", "") not in ("", "0"):
+        return None
+    if not reads_source:
+        return store.lookup(base)
+    for files in store.file_lists(base):
+        parts = files_part(files, identity=True)
+        if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
+            return entry
+    return None
+
+
+def _take_dependencies(job: _Job, meta: dict, result: Result) -> None:
+    if job.reads_source:
+        for path in meta.get("read", []):
+            if path not in result.read:
+                result.read.append(path)
+    if job.depfile is not None and "depfile" in meta:
+        result.depfile = job.depfile
+        result.depfile_text = meta["depfile"].encode(errors="surrogateescape")
+
+
+def _without_value(words: list[str], flag: str) -> None:
+    while flag in words[:-1]:
+        index = words.index(flag)
+        del words[index:index + 2]
+
+
+def _dependency_options(words: list[str]) -> tuple[list[str], list[str]]:
+    """A job's dependency-file options (``-MT`` values and flags; the file's name is the launcher's) and its
+    words without them."""
+    options: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in _DEPENDENCY_VALUES and index + 1 < len(words):
+            if word != "-dependency-file":
+                options += [word, words[index + 1]]
+            index += 2
+            continue
+        if word in _DEPENDENCY_FLAGS:
+            options.append(word)
+        else:
+            rest.append(word)
+        index += 1
+    if options:
+        rest.append(f"deps {' '.join(options)}")
+    return options, rest
+
+
+def _cwd_free(word: str, cwd: str) -> str:
+    """``-fdebug-compilation-dir=<cwd>`` and its kin name the working directory, which the output does not
+    record without debug information or coverage: the key leaves it out, so two build trees share."""
+    for flag in ("-fdebug-compilation-dir=", "-fcoverage-compilation-dir=", "-ffile-compilation-dir="):
+        if word.startswith(flag) and word[len(flag):] == cwd:
+            return flag + "@cwd@"
+    return word
+
+
+def _with_output(words: list[str], output: str, depfile: str, dependency: list[str], reads_source: bool
+                 ) -> list[str]:
+    """The job's words as run here: its output and dependency file in the scratch directory (a compile of the
+    source writes one with system headers where it wrote none: the files it reads are its key)."""
+    argv = [*words[:2], "-o", output, *words[2:]] if len(words) > 1 else [*words, "-o", output]
+    if not reads_source:
+        return argv
+    argv = [word for word in argv if word not in _DEPENDENCY_FLAGS]
+    index = 0
+    cleaned: list[str] = []
+    while index < len(argv):
+        if argv[index] in _DEPENDENCY_VALUES and index + 1 < len(argv):
+            index += 2
+            continue
+        cleaned.append(argv[index])
+        index += 1
+    if dependency:
+        return [*cleaned[:2], "-dependency-file", depfile, *dependency, *cleaned[2:]]
+    return [*cleaned[:2], "-dependency-file", depfile, "-MT", "x", "-sys-header-deps", *cleaned[2:]]
+
+
+def _files_read(argv: Sequence[str], depfile: str, dependency: list[str], scratch: str) -> list[str]:
+    """Every file a compile of the source read: its dependency file where it lists system headers, else those of a
+    preprocessing-only scan of the same job (``-MMD``)."""
+    from offload_builders.cli.phase_runs import read_make_dependencies
+
+    if not dependency or "-sys-header-deps" in dependency:
+        return read_make_dependencies(depfile)
+    scan = list(argv)
+    actions = [index for index, word in enumerate(scan) if word in _CC1_ACTIONS]
+    for index in actions:
+        scan[index] = "-Eonly"
+    _without_value(scan, "-o")
+    scan = [word for word in scan if word not in _DEPENDENCY_FLAGS]
+    cleaned = []
+    index = 0
+    while index < len(scan):
+        if scan[index] in _DEPENDENCY_VALUES and index + 1 < len(scan):
+            index += 2
+            continue
+        cleaned.append(scan[index])
+        index += 1
+    all_files = os.path.join(scratch, "scan.d")
+    done = subprocess.run([*cleaned[:2], "-dependency-file", all_files, "-MT", "x", "-sys-header-deps",
+                           *cleaned[2:]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+        return read_make_dependencies(depfile)
+    return read_make_dependencies(all_files)
+
+
+def _print(data: bytes) -> None:
+    if data:
+        sys.stderr.flush()
+        sys.stderr.buffer.write(data)
+        sys.stderr.buffer.flush()
+
+
+__all__ = ["DriverJobs", "JobsFailed", "Result", "driver_jobs", "run_jobs"]

@@ -1,0 +1,285 @@
+"""``offload-cache``: the compiler launcher, against the real Clang 19 driver, CMake+Ninja and Make.
+
+The objects and dependency files it writes must be the driver's own, byte for byte, from a run or from the cache;
+adding a target must run that target's device compile, the packager and the embedding back end only (the
+processes are counted with strace); a second build tree of one checkout shares the device compiles; diagnostics
+show on hits; what it does not split runs the compiler unchanged.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LLVM19_BIN, which_or_fail
+from test_process_counts import read_trace
+
+CLANGXX = str(LLVM19_BIN / "clang++")
+LAUNCHER = [sys.executable, "-m", "offload_builders.cli.cache"]
+HOST_DEVICE = "-fopenmp-targets=x86_64-unknown-linux-gnu"
+
+KERNEL = """\
+#include "kernel.h"
+int kernel(int n) {
+  int sum = 0;
+#pragma omp target map(tofrom: sum)
+  for (int i = 0; i < n; ++i) sum += i * SCALE;
+  return sum;
+}
+"""
+MAIN = """\
+#include <cstdio>
+int kernel(int n);
+int main() { std::printf("%d\\n", kernel(10)); return 0; }
+"""
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch) -> Path:
+    """A source with a target region and a header, and a private cache for this test."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kernel.cpp").write_text(KERNEL)
+    (src / "kernel.h").write_text("#define SCALE 2\n")
+    (src / "main.cpp").write_text(MAIN)
+    monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OFFLOAD_CACHE_LOGFILE", str(tmp_path / "cache.log"))
+    monkeypatch.delenv("OFFLOAD_CACHE_DISABLE", raising=False)
+    return tmp_path
+
+
+def run(argv: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, **kwargs)
+
+
+def compile_both(cwd: Path, flags: list[str], output: str = "kernel.o") -> tuple[bytes, bytes, str, str]:
+    """The driver's object and depfile, then the launcher's (from the cache where it hits); stderr of each."""
+    driver = run([CLANGXX, *flags], cwd)
+    assert driver.returncode == 0, driver.stderr
+    expected = ((cwd / output).read_bytes(), (cwd / (output[:-2] + ".d")).read_bytes())
+    (cwd / output).unlink()
+    (cwd / (output[:-2] + ".d")).unlink()
+    ours = run([*LAUNCHER, CLANGXX, *flags], cwd)
+    assert ours.returncode == 0, ours.stderr
+    assert not list(cwd.glob("*.partial"))
+    got = ((cwd / output).read_bytes(), (cwd / (output[:-2] + ".d")).read_bytes())
+    assert got == expected, "the launcher's object or depfile differs from the driver's"
+    return got[0], got[1], driver.stderr, ours.stderr
+
+
+def flags_for(archs: str, output: str = "kernel.o") -> list[str]:
+    return ["-fopenmp", f"--offload-arch={archs}", "-nogpulib", "-O2", "-MD", "-MF", output[:-2] + ".d", "-c",
+            "src/kernel.cpp", "-o", output]
+
+
+def stats(cwd: Path) -> dict[str, str]:
+    shown = run([*LAUNCHER, "--show-stats"], cwd).stdout
+    return {line[:20].strip(): line[20:].strip() for line in shown.splitlines()}
+
+
+def traced(tmp_path: Path, argv: list[str], cwd: Path, name: str) -> list:
+    strace = which_or_fail("strace")
+    prefix = tmp_path / "traces" / name / "t"
+    prefix.parent.mkdir(parents=True)
+    done = run([strace, "-ff", "-ttt", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e", "status=successful",
+                "-e", "signal=none", "-o", str(prefix), *argv], cwd)
+    assert done.returncode == 0, done.stderr
+    return read_trace(prefix)
+
+
+def test_objects_and_depfiles_are_the_drivers_from_a_run_and_from_the_cache(tree):
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    compile_both(tree, flags)  # a miss: every job runs
+    compile_both(tree, flags)  # a hit: the whole command from the cache
+    counts = stats(tree)
+    assert (counts["misses"], counts["hits"]) == ("1", "1")
+    # and the program links and runs its target region on the host device
+    link = run([CLANGXX, "-fopenmp", HOST_DEVICE, "kernel.o", "src/main.cpp", "-o", "prog"], tree)
+    assert link.returncode == 0, link.stderr
+    env = {**os.environ, "LD_LIBRARY_PATH": str(LLVM19_BIN.parent / "lib"), "OMP_TARGET_OFFLOAD": "MANDATORY"}
+    assert run([str(tree / "prog")], tree, env=env).stdout == "90\n"
+
+
+def test_adding_a_target_runs_only_its_device_compile_the_packager_and_the_embedding(tree):
+    compile_both(tree, flags_for("gfx90a"))
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags_for("gfx90a,gfx1030")], tree, "add")
+    cc1 = [p for p in processes if "-cc1" in p.argv]
+    device = [p.option("-target-cpu") for p in cc1 if "-fopenmp-is-target-device" in p.argv]
+    host_front_end = [p for p in cc1 if "-emit-llvm-bc" in p.argv and "-fopenmp-is-target-device" not in p.argv]
+    embed = [p for p in cc1 if any(a.startswith("-fembed-offload-object=") for a in p.argv)]
+    packager = [p for p in processes if p.program == "clang-offload-packager"]
+    assert device == ["gfx1030"] and not host_front_end and len(embed) == 1 and len(packager) == 1
+    # the object it wrote is the driver's for the two targets
+    ours = (tree / "kernel.o").read_bytes()
+    assert run([CLANGXX, *flags_for("gfx90a,gfx1030")], tree).returncode == 0
+    assert (tree / "kernel.o").read_bytes() == ours
+
+
+def test_a_second_build_tree_of_the_same_checkout_runs_no_device_compile(tree):
+    source = str(tree / "src" / "kernel.cpp")  # CMake names sources by absolute path, objects relatively
+    flags = ["-fopenmp", "--offload-arch=gfx90a", "-nogpulib", "-O2", "-MD", "-MT", "obj/kernel.o", "-MF",
+             "obj/kernel.d", "-c", source, "-o", "obj/kernel.o"]
+    for build in ("build1", "build2"):
+        (tree / build / "obj").mkdir(parents=True)
+    first = run([*LAUNCHER, CLANGXX, *flags], tree / "build1")
+    assert first.returncode == 0, first.stderr
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags], tree / "build2", "second")
+    assert not [p for p in processes if "-cc1" in p.argv or p.program == "clang-offload-packager"]
+    assert (tree / "build2/obj/kernel.o").read_bytes() == (tree / "build1/obj/kernel.o").read_bytes()
+    assert run([CLANGXX, *flags], tree / "build2").returncode == 0  # the driver's, in that tree
+    assert (tree / "build2/obj/kernel.o").read_bytes() == (tree / "build1/obj/kernel.o").read_bytes()
+
+
+def test_warnings_show_on_hits_as_the_driver_prints_them(tree):
+    kernel = tree / "src" / "kernel.cpp"
+    kernel.write_text("#warning from the kernel\n" + kernel.read_text())
+    flags = ["-fopenmp", HOST_DEVICE, "-Wno-unused-command-line-argument", "-L/nowhere", "-O2", "-MD", "-MF",
+             "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    _, _, driver, miss = compile_both(tree, flags)
+    _, _, _, hit = compile_both(tree, flags)
+    assert driver.count("warning: from the kernel") == 2  # the host front end and the device compile each say it
+    assert miss == driver and hit == driver
+
+
+def test_a_recreated_source_is_compiled_again_as_the_driver_would(tree):
+    """Target regions are named after the source's inode: the same bytes in a new file are another object."""
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    before, _, _, _ = compile_both(tree, flags)
+    kernel = tree / "src" / "kernel.cpp"
+    saved = tree / "src" / "kernel.cpp.new"
+    saved.write_bytes(kernel.read_bytes())
+    saved.replace(kernel)  # an editor's safe-save: same bytes, another inode
+    after, _, _, _ = compile_both(tree, flags)
+    assert after != before
+    assert stats(tree)["hits"] == "0"
+
+
+def test_a_changed_header_is_a_miss_and_a_failed_compile_stores_nothing(tree):
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    compile_both(tree, flags)
+    (tree / "src" / "kernel.h").write_text("#define SCALE 3\n")
+    compile_both(tree, flags)
+    assert stats(tree)["hits"] == "0"
+    (tree / "src" / "kernel.h").write_text("#define SCALE (\n")
+    driver = run([CLANGXX, *flags], tree)
+    ours = run([*LAUNCHER, CLANGXX, *flags], tree)
+    assert driver.returncode != 0 and ours.returncode == driver.returncode
+    assert ours.stderr == driver.stderr
+    again = run([*LAUNCHER, CLANGXX, *flags], tree)
+    assert again.returncode == driver.returncode and again.stderr == driver.stderr
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["-O2", "-c", "src/main.cpp", "-o", "main.o"], id="no-offloading"),
+    pytest.param(["-fopenmp", HOST_DEVICE, "src/kernel.cpp", "src/main.cpp", "-o", "prog"], id="compile-and-link"),
+    pytest.param(["-fopenmp", HOST_DEVICE, "-E", "src/kernel.cpp", "-o", "kernel.i"], id="preprocess"),
+    pytest.param(["-fopenmp", HOST_DEVICE, "-c", "src/kernel.cpp", "src/main.cpp"], id="two-sources"),
+    pytest.param(["--version"], id="version"),
+])
+def test_what_it_does_not_split_runs_the_compiler_unchanged(tree, args):
+    driver = run([CLANGXX, *args], tree)
+    produced = {path: path.read_bytes() for path in tree.glob("*.[oi]")}
+    for path in produced:
+        path.unlink()
+    ours = run([*LAUNCHER, CLANGXX, *args], tree)
+    assert (ours.returncode, ours.stdout, ours.stderr) == (driver.returncode, driver.stdout, driver.stderr)
+    assert {path: path.read_bytes() for path in tree.glob("*.[oi]")} == produced
+    assert stats(tree)["pass-through"] == "1"
+
+
+def test_a_cache_that_cannot_be_written_means_compiling_without_it(tree, monkeypatch):
+    readonly = tree / "readonly"
+    readonly.mkdir()
+    monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(readonly / "cache"))
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    readonly.chmod(0o500)
+    try:
+        if os.access(readonly, os.W_OK):  # root writes anyway: make the cache a file, which no one can enter
+            readonly.chmod(0o700)
+            (readonly / "cache").write_text("not a directory")
+        compile_both(tree, flags)
+    finally:
+        readonly.chmod(0o700)
+
+
+def test_the_statistics_and_the_size_limit_are_managed_as_ccaches(tree):
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    compile_both(tree, flags)
+    assert run([*LAUNCHER, "-M", "100M"], tree).returncode == 0
+    assert "100.0 MiB" in stats(tree)["cache size"]
+    assert run([*LAUNCHER, "--zero-stats"], tree).returncode == 0
+    assert stats(tree)["misses"] == "0"
+    assert run([*LAUNCHER, "--clear"], tree).returncode == 0
+    compile_both(tree, flags)
+    assert stats(tree)["hits"] == "0"  # cleared: compiled again
+    wrong = run([*LAUNCHER, "--max-size", "lots"], tree)
+    assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1 and "error:" in wrong.stderr
+
+
+CMAKE_PROJECT = """\
+cmake_minimum_required(VERSION 3.20)
+project(plain CXX)
+find_package(OpenMP REQUIRED)
+add_library(prog OBJECT src/kernel.cpp src/main.cpp)
+target_compile_options(prog PRIVATE -fopenmp --offload-arch=${ARCHS} -nogpulib)
+"""
+
+
+def test_an_unchanged_cmake_project_through_the_launcher(tree):
+    """A CMake+Ninja project that never names offload-builders: the launcher set as CMake's compiler launcher;
+    objects equal to the same project's without it; adding a target runs only that target's device compile."""
+    cmake, ninja = which_or_fail("cmake"), which_or_fail("ninja")
+    (tree / "CMakeLists.txt").write_text(CMAKE_PROJECT)
+    launcher = tree / "bin" / "offload-cache"
+    launcher.parent.mkdir()
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
+    launcher.chmod(0o755)
+
+    def configure(build: str, archs: str, *extra: str) -> None:
+        done = run([cmake, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DCMAKE_CXX_COMPILER={CLANGXX}",
+                    f"-DARCHS={archs}", *extra, "-S", str(tree), "-B", str(tree / build)], tree)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def objects(build: str) -> dict[str, bytes]:
+        return {path.name: path.read_bytes() for path in (tree / build).rglob("*.o")}
+
+    configure("plain", "gfx90a")
+    configure("cached", "gfx90a", f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
+    for build in ("plain", "cached"):
+        done = run([cmake, "--build", str(tree / build)], tree)
+        assert done.returncode == 0, done.stdout
+    assert objects("cached") == objects("plain") and objects("plain")
+    configure("plain", "gfx90a,gfx1030")
+    configure("cached", "gfx90a,gfx1030")
+    assert run([cmake, "--build", str(tree / "plain")], tree).returncode == 0
+    processes = traced(tree, [cmake, "--build", str(tree / "cached")], tree, "cmake-add")
+    device = [p.option("-target-cpu") for p in processes if "-fopenmp-is-target-device" in p.argv]
+    front_ends = [p for p in processes if "-cc1" in p.argv and "-emit-llvm-bc" in p.argv
+                  and "-fopenmp-is-target-device" not in p.argv]
+    assert device == ["gfx1030", "gfx1030"] and not front_ends  # each source's new target alone
+    assert objects("cached") == objects("plain")
+
+
+def test_an_unchanged_makefile_through_the_launcher(tree):
+    make = which_or_fail("make")
+    (tree / "Makefile").write_text(
+        "CXXFLAGS = -O2 -fopenmp --offload-arch=$(ARCHS) -nogpulib -MMD\n"
+        "kernel.o: src/kernel.cpp\n\t$(CXX) $(CXXFLAGS) -c $< -o $@\n")
+    launched = f"{' '.join(LAUNCHER)} {CLANGXX}"
+    done = run([make, f"CXX={CLANGXX}", "ARCHS=gfx90a"], tree)
+    assert done.returncode == 0, done.stderr
+    expected = {name: (tree / name).read_bytes() for name in ("kernel.o", "kernel.d")}
+    for name in expected:
+        (tree / name).unlink()
+    done = run([make, f"CXX={launched}", "ARCHS=gfx90a"], tree)
+    assert done.returncode == 0, done.stderr
+    assert {name: (tree / name).read_bytes() for name in expected} == expected  # -MMD: the depfile too
+    (tree / "kernel.o").unlink()
+    processes = traced(tree, [make, f"CXX={launched}", "ARCHS=gfx90a"], tree, "make-again")
+    assert not [p for p in processes if "-cc1" in p.argv]
+    assert (tree / "kernel.o").read_bytes() == expected["kernel.o"]
+    shutil.rmtree(tree / "cache")
