@@ -17,16 +17,14 @@ sticky directory, or that their group may write, are trusted: the system, or the
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
-from pathlib import Path
 
 from offload_builders.errors import ToolchainError
 
 TYPE_CHECKING = False  # typing costs every command line's start-up: for type checkers only
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import BinaryIO
 
 #: Symbolic links followed on the way to one directory at most (Linux's own limit).
@@ -44,9 +42,16 @@ def private_directory(path: str | os.PathLike[str], *, create: bool = True) -> P
     """Make ``path`` (mode 0700, missing parents too) unless ``create`` is false, check it as the module says,
     and return it. Raises :class:`UnsafeDirectoryError` where another user may write it or the way to it, and
     :class:`ToolchainError` where it does not exist (``create=False``) or cannot be made."""
-    path = Path(path)
+    from pathlib import Path  # here: the compiler launcher checks its directory with private_path (start-up)
+
+    return Path(private_path(path, create=create))
+
+
+def private_path(path: str | os.PathLike[str], *, create: bool = True) -> str:
+    """:func:`private_directory`, as a string (without importing :mod:`pathlib`), spelled as ``Path`` spells it."""
+    path = _as_path_spells(os.fspath(path))
     for _ in range(64):  # each round makes one missing directory, then checks the whole way again
-        missing = _missing_on_the_way(os.fspath(path))
+        missing = _missing_on_the_way(path)
         if missing is None:
             return path
         if not create:
@@ -58,6 +63,12 @@ def private_directory(path: str | os.PathLike[str], *, create: bool = True) -> P
         except OSError as error:
             raise ToolchainError(f"cannot make the private directory {path}: {error.strerror}") from None
     raise ToolchainError(f"cannot make the private directory {path}: too many components")
+
+
+def _as_path_spells(path: str) -> str:
+    """``path`` without empty and ``.`` components or a trailing slash, as :class:`pathlib.Path` spells it."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return ("/" if path.startswith("/") else "") + "/".join(parts) or "."
 
 
 def _missing_on_the_way(path: str) -> str | None:
@@ -169,18 +180,23 @@ def trusted_file_text(path: str | os.PathLike[str], max_bytes: int = MAX_TEXT_BY
 def replace_private_file(path: str | os.PathLike[str], text: str, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` (in a private directory) with ``mode``, atomically: a new file renamed over
     whatever was there (a link there is replaced, never followed). The temporary file goes on any failure."""
-    path = Path(path)
-    fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    import tempfile  # writes are rare; every command of the compiler launcher checks a directory (start-up)
+
+    path = os.fspath(path)
+    fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
+                                   dir=os.path.dirname(path) or ".")
     try:
         with os.fdopen(fd, "w") as f:
             os.fchmod(f.fileno(), mode)
             f.write(text)
         os.replace(partial, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(partial)
+        except OSError:
+            pass
         raise
 
 
-__all__ = ["MAX_TEXT_BYTES", "UnsafeDirectoryError", "open_trusted_file", "private_directory", "replace_private_file",
-           "trusted_file_text"]
+__all__ = ["MAX_TEXT_BYTES", "UnsafeDirectoryError", "open_trusted_file", "private_directory", "private_path",
+           "replace_private_file", "trusted_file_text"]

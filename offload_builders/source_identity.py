@@ -20,7 +20,10 @@ HIP is not affected: its kernel names come from ``-cuid``, not from the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+
+TYPE_CHECKING = False  # the compiler launcher imports this module at every compile: for type checkers only
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 def file_identity(path: str) -> str:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
 
 from offload_builders.errors import OffloadError
 
 TYPE_CHECKING = False  # typing costs the bundler's command line milliseconds: for type checkers only
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Protocol, TypeVar
 
     class _HelpOrVersion(Protocol):

@@ -84,8 +84,6 @@ def _write_atomically(path: str, data: bytes) -> None:
 def _replayed(command: Command, store: CacheStore, base: Key) -> bool:
     """The whole command from the cache (the direct mode's hit): the object, the dependency file and the
     diagnostics of the run that stored it. False: a miss."""
-    import json
-
     if _set("OFFLOAD_CACHE_RECACHE"):
         return False
     assert command.output is not None
@@ -98,11 +96,11 @@ def _replayed(command: Command, store: CacheStore, base: Key) -> bool:
         if entry is None:
             continue
         with entry:
-            meta = json.loads(entry.meta)
             entry.copy_to("out", command.output)
-            if meta.get("depfile"):
-                _write_atomically(meta["depfile"], meta["depfile_text"].encode(errors="surrogateescape"))
-            stderr = meta.get("stderr", "").encode(errors="surrogateescape")
+            depfile = os.fsdecode(entry.meta)  # the dependency file's name, where the command writes one
+            if depfile:
+                _write_atomically(depfile, entry.read("deps"))
+            stderr = entry.read("stderr") if "stderr" in entry.names else b""
         if stderr:
             sys.stderr.buffer.write(stderr)
             sys.stderr.buffer.flush()
@@ -134,7 +132,7 @@ def launch(argv: Sequence[str]) -> int:
 
 def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     """A miss: the driver's jobs, each from the cache or run here; then the whole command is stored."""
-    import json
+    import tempfile
 
     from offload_builders.launcher.jobs import JobsFailed, driver_jobs, run_jobs
 
@@ -156,11 +154,16 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     _log(f"miss {command.source}: {'; '.join(log) or 'every job was a hit'}")
     parts = files_part(result.read, identity=True)
     if parts is not None and result.read:
-        meta = {"stderr": result.stderr.decode(errors="surrogateescape"), "depfile": result.depfile,
-                "depfile_text": (result.depfile_text or b"").decode(errors="surrogateescape")}
-        key = base.hex()
-        store.add_file_list(key, result.read)
-        store.store(Key("result", key, *parts).hex(), {"out": command.output}, json.dumps(meta).encode())
+        with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
+            files = {"out": command.output}
+            for name, data in (("stderr", result.stderr), ("deps", result.depfile_text)):
+                if data:
+                    files[name] = os.path.join(scratch, name)
+                    with open(files[name], "wb") as f:
+                        f.write(data)
+            key = base.hex()
+            store.add_file_list(key, result.read)
+            store.store(Key("result", key, *parts).hex(), files, os.fsencode(result.depfile or ""))
     return 0
 
 

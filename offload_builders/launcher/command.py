@@ -11,7 +11,6 @@ is given the command as it was written.
 from __future__ import annotations
 
 import os
-import shlex
 
 TYPE_CHECKING = False  # typing costs every compile's start-up: for type checkers only
 if TYPE_CHECKING:
@@ -86,6 +85,8 @@ def _expanded(arguments: Sequence[str], cwd: str, read: list[str], depth: int = 
         if word.startswith("@") and len(word) > 1:
             if depth >= _MAX_RESPONSE_FILES:
                 raise ValueError(f"response files nested deeper than {_MAX_RESPONSE_FILES}")
+            import shlex  # only here: it imports re, which a compile without response files never needs
+
             path = os.path.join(cwd, word[1:])
             with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()

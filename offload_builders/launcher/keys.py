@@ -18,8 +18,12 @@ file lists its earlier runs read, and each list, hashed as the files are now, to
 """
 from __future__ import annotations
 
-import hashlib
 import os
+
+try:  # BLAKE2 is built into CPython: no OpenSSL to load, which hashlib does (milliseconds of every compile)
+    from _blake2 import blake2b
+except ImportError:  # another Python
+    from hashlib import blake2b
 
 from offload_builders.source_identity import file_identity
 
@@ -50,7 +54,7 @@ class Key:
     __slots__ = ("_hash",)
 
     def __init__(self, *parts: str) -> None:
-        self._hash = hashlib.blake2b(digest_size=20)
+        self._hash = blake2b(digest_size=20)
         self.add(SCHEME, *parts)
 
     def add(self, *parts: str) -> Key:
@@ -76,7 +80,10 @@ def file_digest(path: str) -> str | None:
     digest: str | None
     try:
         with open(path, "rb") as f:
-            digest = hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=20)).hexdigest()
+            hashed = blake2b(digest_size=20)
+            while block := f.read(1 << 20):
+                hashed.update(block)
+            digest = hashed.hexdigest()
     except OSError:
         digest = None
     _FILE_DIGESTS[path] = digest

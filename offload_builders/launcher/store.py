@@ -32,7 +32,7 @@ import time
 from offload_builders.errors import ToolchainError
 from offload_builders.private_dirs import (
     UnsafeDirectoryError,
-    private_directory,
+    private_path,
     replace_private_file,
     trusted_file_text,
 )
@@ -104,7 +104,7 @@ class CacheStore:
                 return None
         root = os.path.abspath(root)
         try:
-            private_directory(root, create=not read_only)
+            private_path(root, create=not read_only)
         except UnsafeDirectoryError as error:
             sys.stderr.write(f"offload-cache: warning: cache off: {error}\n")
             return None
