@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,6 +173,31 @@ def test_a_changed_header_is_a_miss_and_a_failed_compile_stores_nothing(tree):
     assert ours.stderr == driver.stderr
     again = run([*LAUNCHER, CLANGXX, *flags], tree)
     assert again.returncode == driver.returncode and again.stderr == driver.stderr
+
+
+@pytest.mark.parametrize("children", [1, 3, 5], ids=["at -###", "at a device compile", "at the packager"])
+def test_a_killed_launcher_leaves_nothing_a_later_build_trusts(tree, children):
+    """Killed (with its jobs) while its n-th child runs: the object is the earlier one or none, never a new one
+    half written, and the next compile gives the driver's object."""
+    flags = flags_for("gfx90a,gfx1030")
+    (tree / "kernel.o").write_bytes(b"the object of an earlier build")
+    launcher = subprocess.Popen([*LAUNCHER, CLANGXX, *flags], cwd=tree, start_new_session=True,
+                                stderr=subprocess.DEVNULL)
+    listed = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children")
+    seen: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(seen) < children and launcher.poll() is None and time.monotonic() < deadline:
+        try:
+            seen.update(listed.read_text().split())
+        except OSError:
+            break
+        time.sleep(0.002)
+    assert launcher.poll() is None, "the launcher ended before it was killed"
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    assert (tree / "kernel.o").read_bytes() == b"the object of an earlier build"
+    (tree / "kernel.o").unlink()
+    compile_both(tree, flags_for("gfx90a,gfx1030"))  # and what the cache kept of the killed run is right
 
 
 @pytest.mark.parametrize("args", [
