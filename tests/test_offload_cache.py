@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LLVM19_BIN, which_or_fail
+from conftest import LLVM19_BIN, driver_library_flags, which_or_fail
 from test_process_counts import read_trace
 
 CLANGXX = str(LLVM19_BIN / "clang++")
@@ -118,6 +118,24 @@ def test_adding_a_target_runs_only_its_device_compile_the_packager_and_the_embed
     # the object it wrote is the driver's for the two targets
     ours = (tree / "kernel.o").read_bytes()
     assert run([CLANGXX, *flags_for("gfx90a,gfx1030")], tree).returncode == 0
+    assert (tree / "kernel.o").read_bytes() == ours
+
+
+def test_an_nvptx_target_added_runs_its_compile_and_ptxas_only(tree):
+    """NVPTX device code goes through ptxas (``--output-file``, not ``-o``): followed as the other jobs are."""
+    def flags(archs: str) -> list[str]:
+        from offload_builders.targets import parse_offload_archs
+
+        return ["-fopenmp", f"--offload-arch={archs}", *driver_library_flags(parse_offload_archs(archs), ["-O2"]),
+                "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+
+    compile_both(tree, flags("sm_80"))
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags("sm_80,sm_90")], tree, "nvptx")
+    device = [p.option("-target-cpu") for p in processes if "-fopenmp-is-target-device" in p.argv]
+    assembled = [p.option("--gpu-name") for p in processes if p.program == "ptxas"]
+    assert device == ["sm_90"] and assembled == ["sm_90"]
+    ours = (tree / "kernel.o").read_bytes()
+    assert run([CLANGXX, *flags("sm_80,sm_90")], tree).returncode == 0
     assert (tree / "kernel.o").read_bytes() == ours
 
 

@@ -134,7 +134,7 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     """A miss: the driver's jobs, each from the cache or run here; then the whole command is stored."""
     import tempfile
 
-    from offload_builders.launcher.jobs import JobsFailed, driver_jobs, run_jobs
+    from offload_builders.launcher.jobs import JobsFailed, UnfollowedJobs, driver_jobs, run_jobs
 
     assert command.output is not None
     found = driver_jobs(command, store, base)
@@ -148,6 +148,10 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
         store.count("failed")
         _log(f"compile failed: {command.source}")
         return failed.status
+    except UnfollowedJobs as why:  # nothing was printed or written yet
+        store.count("pass-through")
+        _log(f"runs unchanged: {why}: {' '.join([command.compiler, *command.arguments])}")
+        return _run_unchanged([command.compiler, *command.arguments])
     if result.depfile is not None and result.depfile_text is not None:
         _write_atomically(result.depfile, result.depfile_text)
     store.count("misses")

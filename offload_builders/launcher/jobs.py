@@ -48,6 +48,14 @@ _DEPENDENCY_FLAGS = ("-sys-header-deps", "-MP", "-MG", "-MV", "-module-file-deps
 _CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
 
 
+#: The options by which the driver's jobs name their output (``-o``; ``ptxas``: ``--output-file``).
+_OUTPUT_OPTIONS = ("-o", "--output-file")
+
+
+class UnfollowedJobs(Exception):
+    """The driver printed jobs whose outputs the launcher cannot tell: it runs the command unchanged."""
+
+
 class JobsFailed(Exception):
     """A job failed: its diagnostics (and the earlier jobs') were printed; the command's exit status."""
 
@@ -102,12 +110,17 @@ def driver_jobs(command: Command, store: CacheStore | None, base: Key) -> Driver
 class _Job:
     """One job: its words as the driver printed them, where it writes, and what it reads of the earlier jobs."""
 
-    __slots__ = ("index", "words", "output", "reads_source", "depfile")
+    __slots__ = ("index", "words", "output", "output_at", "reads_source", "depfile")
 
     def __init__(self, index: int, words: list[str], source: str) -> None:
         self.index = index
         self.words = words
-        self.output = value_after(words, "-o")
+        at = [i + 1 for i, word in enumerate(words[:-1]) if word in _OUTPUT_OPTIONS]
+        if len(at) != 1:
+            raise UnfollowedJobs(f"job {index} ({os.path.basename(words[0])}) names {len(at)} outputs")
+        #: Where the output's name is in the words.
+        self.output_at = at[0]
+        self.output = words[at[0]]
         self.reads_source = is_cc1(words) and source in words and value_after(words, "-x") != "ir"
         self.depfile = value_after(words, "-dependency-file") if is_cc1(words) else None
 
@@ -132,7 +145,7 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
     jobs = [_Job(index, words, command.source) for index, words in enumerate(found.jobs)]
     final = command.output
     if not jobs or jobs[-1].output != final:
-        raise ValueError("the driver's last job does not write the object")
+        raise UnfollowedJobs("the driver's last job does not write the object")
     records = _records_directory(jobs)
     result = Result()
     result.stderr = found.said.encode(errors="surrogateescape")
@@ -183,8 +196,8 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     to_scratch = {other.output: names[other.index] for other in earlier if other.output}
     run_words = [_replaced(word, to_scratch) for word in job.words]
     key_words = [_replaced(word, placeholders) for word in job.words]
-    _without_value(run_words, "-o")
-    _without_value(key_words, "-o")
+    run_words[job.output_at] = names[job.index]
+    key_words[job.output_at] = "@output@"
     dependency_values, key_words = _dependency_options(key_words)
     if not records:
         key_words = [_cwd_free(word, cwd) for word in key_words]
@@ -306,9 +319,10 @@ def _cwd_free(word: str, cwd: str) -> str:
 
 def _with_output(words: list[str], output: str, depfile: str, dependency: list[str], reads_source: bool
                  ) -> list[str]:
-    """The job's words as run here: its output and dependency file in the scratch directory (a compile of the
-    source writes one with system headers where it wrote none: the files it reads are its key)."""
-    argv = [*words[:2], "-o", output, *words[2:]] if len(words) > 1 else [*words, "-o", output]
+    """The job's words as run here (its output already in the scratch directory), with its dependency file there
+    too (a compile of the source writes one with system headers where it wrote none: the files it reads are its
+    key)."""
+    argv = list(words)
     if not reads_source:
         return argv
     argv = [word for word in argv if word not in _DEPENDENCY_FLAGS]
@@ -362,4 +376,4 @@ def _print(data: bytes) -> None:
         sys.stderr.buffer.flush()
 
 
-__all__ = ["DriverJobs", "JobsFailed", "Result", "driver_jobs", "run_jobs"]
+__all__ = ["DriverJobs", "JobsFailed", "Result", "UnfollowedJobs", "driver_jobs", "run_jobs"]
