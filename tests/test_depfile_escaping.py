@@ -77,7 +77,7 @@ def test_absolute_depfile_names_every_prerequisite_by_absolute_path(tricky):
     prerequisites, escaped the same way, each named from the working directory by absolute path."""
     _oc(tricky, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "relative.d", "--", "-Iinc")
     _oc(tricky, "host", "k.cpp", "-o", "k.host.bc", "--depfile", "absolute.d", "--absolute-depfile", "--", "-Iinc")
-    from offload_builders.cli.phase_runs import read_make_dependencies
+    from offload_builders.depfiles import read_make_dependencies
 
     relative = read_make_dependencies(str(tricky / "relative.d"))
     absolute = read_make_dependencies(str(tricky / "absolute.d"))
@@ -88,7 +88,7 @@ def test_absolute_depfile_names_every_prerequisite_by_absolute_path(tricky):
 def test_reading_clangs_file_gives_the_files_and_writes_its_text_back(tricky):
     """The paths read from Clang's file are the files themselves (but for a backslash, which Clang 19 itself
     writes as a ``/``), and escaped again they are Clang's text byte for byte."""
-    from offload_builders.cli.phase_runs import escape, read_make_dependencies
+    from offload_builders.depfiles import escape, read_make_dependencies
 
     subprocess.run([str(LLVM19_BIN / "clang++"), "-Iinc", "-E", "-o", os.devnull, "-MD", "-MF", "clang.d", "k.cpp"],
                    cwd=tricky, check=True, capture_output=True)
@@ -104,7 +104,7 @@ def test_our_own_names_read_back_as_they_are(tmp_path, path):
     """Names we add (the output, the host bitcode, the compilers) read back through our reader, the inverse of
     our writer (not a name ending in a backslash: before the separating space, in Clang's files too, it reads
     as an escaped space)."""
-    from offload_builders.cli.phase_runs import escape, read_make_dependencies
+    from offload_builders.depfiles import escape, read_make_dependencies
 
     depfile = tmp_path / "x.d"
     depfile.write_text(f"out.o: {escape(path)} \\\n  {escape('next one')}\n")

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 
+from offload_builders.depfiles import read_make_dependencies
 from offload_builders.driver import is_cc1, parse_driver_jobs, value_after
 from offload_builders.launcher.keys import Key, file_digest, files_part, job_records_directory, program_identity
 from offload_builders.launcher.store import CacheStore, Entry
@@ -199,6 +200,8 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     run_words[job.output_at] = names[job.index]
     key_words[job.output_at] = "@output@"
     dependency_values, key_words = _dependency_options(key_words)
+    if dependency_values:  # where they were does not matter; what they are does
+        key_words.append(f"deps {' '.join(dependency_values)}")
     if not records:
         key_words = [_cwd_free(word, cwd) for word in key_words]
     key = Key("job", program_identity(job.words[0]), *key_words,
@@ -303,8 +306,6 @@ def _dependency_options(words: list[str]) -> tuple[list[str], list[str]]:
         else:
             rest.append(word)
         index += 1
-    if options:
-        rest.append(f"deps {' '.join(options)}")
     return options, rest
 
 
@@ -325,15 +326,7 @@ def _with_output(words: list[str], output: str, depfile: str, dependency: list[s
     argv = list(words)
     if not reads_source:
         return argv
-    argv = [word for word in argv if word not in _DEPENDENCY_FLAGS]
-    index = 0
-    cleaned: list[str] = []
-    while index < len(argv):
-        if argv[index] in _DEPENDENCY_VALUES and index + 1 < len(argv):
-            index += 2
-            continue
-        cleaned.append(argv[index])
-        index += 1
+    _, cleaned = _dependency_options(argv)
     if dependency:
         return [*cleaned[:2], "-dependency-file", depfile, *dependency, *cleaned[2:]]
     return [*cleaned[:2], "-dependency-file", depfile, "-MT", "x", "-sys-header-deps", *cleaned[2:]]
@@ -342,8 +335,6 @@ def _with_output(words: list[str], output: str, depfile: str, dependency: list[s
 def _files_read(argv: Sequence[str], depfile: str, dependency: list[str], scratch: str) -> list[str]:
     """Every file a compile of the source read: its dependency file where it lists system headers, else those of a
     preprocessing-only scan of the same job (``-MMD``)."""
-    from offload_builders.cli.phase_runs import read_make_dependencies
-
     if not dependency or "-sys-header-deps" in dependency:
         return read_make_dependencies(depfile)
     scan = list(argv)
@@ -351,15 +342,7 @@ def _files_read(argv: Sequence[str], depfile: str, dependency: list[str], scratc
     for index in actions:
         scan[index] = "-Eonly"
     _without_value(scan, "-o")
-    scan = [word for word in scan if word not in _DEPENDENCY_FLAGS]
-    cleaned = []
-    index = 0
-    while index < len(scan):
-        if scan[index] in _DEPENDENCY_VALUES and index + 1 < len(scan):
-            index += 2
-            continue
-        cleaned.append(scan[index])
-        index += 1
+    _, cleaned = _dependency_options(scan)
     all_files = os.path.join(scratch, "scan.d")
     done = subprocess.run([*cleaned[:2], "-dependency-file", all_files, "-MT", "x", "-sys-header-deps",
                            *cleaned[2:]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
