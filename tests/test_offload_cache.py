@@ -139,6 +139,40 @@ def test_an_nvptx_target_added_runs_its_compile_and_ptxas_only(tree):
     assert (tree / "kernel.o").read_bytes() == ours
 
 
+HIP_SOURCE = """\
+#include "hip_min.h"
+__global__ void scale(int n, float a, float *y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * y[i];
+}
+void launch_scale(int n, float a, float *y, hipStream_t stream) { scale<<<(n + 255) / 256, 256, 0, stream>>>(n, a, y); }
+"""
+
+
+def test_hip_sources_with_a_pinned_cuid_are_split_so_a_target_is_added_alone(tree, repo_root):
+    """HIP: device compile, lld, clang-offload-bundler, host compile, split where the command pins the CUID."""
+    shutil.copy(repo_root / "sample_project" / "hip" / "include" / "hip_min.h", tree / "src")
+    (tree / "src" / "scale.hip").write_text(HIP_SOURCE)
+
+    def flags(archs: str, *cuid: str) -> list[str]:
+        return ["-x", "hip", f"--offload-arch={archs}", "-nogpulib", "-nogpuinc", "-O2", *cuid, "-MD", "-MF",
+                "scale.d", "-c", "src/scale.hip", "-o", "scale.o"]
+
+    compile_both(tree, flags("gfx90a", "-cuid=5eed"), "scale.o")
+    compile_both(tree, flags("gfx90a", "-cuid=5eed"), "scale.o")  # from the cache
+    assert stats(tree)["hits"] == "1"
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags("gfx90a,gfx1030", "-cuid=5eed")], tree, "hip-add")
+    device = [p.option("-target-cpu") for p in processes if "-fcuda-is-device" in p.argv]
+    linked = [p for p in processes if p.program in ("lld", "ld.lld")]
+    assert device == ["gfx1030"] and len(linked) == 1
+    ours = (tree / "scale.o").read_bytes()
+    assert run([CLANGXX, *flags("gfx90a,gfx1030", "-cuid=5eed")], tree).returncode == 0
+    assert (tree / "scale.o").read_bytes() == ours
+    # The driver's own CUID hashes its whole command line (-### too): without -cuid= the command runs unchanged.
+    compile_both(tree, flags("gfx90a"), "scale.o")
+    assert stats(tree)["pass-through"] == "1"
+
+
 def test_a_second_build_tree_of_the_same_checkout_runs_no_device_compile(tree):
     source = str(tree / "src" / "kernel.cpp")  # CMake names sources by absolute path, objects relatively
     flags = ["-fopenmp", "--offload-arch=gfx90a", "-nogpulib", "-O2", "-MD", "-MT", "obj/kernel.o", "-MF",

@@ -1,9 +1,9 @@
 """What a compiler command line asks for, as far as ``offload-cache`` must know: whether it splits it, and why not.
 
-The launcher splits one kind of command: a compile (``-c``) of one source to one object file with OpenMP offloading
-(``-fopenmp`` and offload targets). Everything else (no offloading, compile and link in one command, several
-sources, preprocessing, ``-o -``, ``-###``, ``--version``, a command it cannot read) runs the compiler unchanged:
-the launcher never guesses.
+The launcher splits one kind of command: a compile (``-c``) of one source to one object file with offload targets,
+OpenMP (``-fopenmp``) or HIP (``-x hip`` or a ``.hip`` source). Everything else (no offloading, compile and link in
+one command, several sources, preprocessing, ``-o -``, ``-###``, ``--version``, CUDA, a command it cannot read) runs
+the compiler unchanged: the launcher never guesses.
 
 Response files (``@file``) are read here only to decide (GNU quoting, as Clang reads them on Linux); the driver
 is given the command as it was written.
@@ -38,7 +38,7 @@ _NOT_A_COMPILE = frozenset({
 _NOT_A_COMPILE_PREFIXES = ("-save-temps=", "-print-", "--print-", "-fprofile-generate", "-fprofile-instr-generate",
                            "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl")
 #: The options that ask the driver for offload targets.
-_TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=")
+_TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=", "--cuda-gpu-arch=")
 #: Dependency-file options: the driver writes the depfile in its jobs; the launcher writes it itself.
 DEPENDENCY_FLAGS = frozenset({"-MD", "-MMD", "-MP", "-MG", "-MV"})
 #: The most response files one command may nest (as Clang's own limit, roughly).
@@ -137,16 +137,20 @@ def _why_not(command: Command) -> str | None:
         index += 1
     if not compiles:
         return "not a compile (-c): a link, or compile and link in one command"
-    if not openmp or not targets:
-        return "no OpenMP offloading (-fopenmp with --offload-arch= or -fopenmp-targets=)"
     if len(inputs) != 1:
         return f"{len(inputs)} inputs: the launcher splits a compile of one source"
     if inputs[0] == "-":
         return "the source is read from standard input"
-    if language is None and not inputs[0].endswith(SOURCE_SUFFIXES):
-        return f"'{inputs[0]}' is not a C or C++ source"
-    if language is not None and language not in ("c", "c++"):
-        return f"-x {language}: the launcher splits C and C++ sources"
+    hip = language == "hip" or (language is None and inputs[0].endswith(".hip"))
+    if not targets or not (openmp or hip):
+        return "no offloading (-fopenmp, or a HIP source, with --offload-arch= or -fopenmp-targets=)"
+    if hip and not any(word.startswith("-cuid=") or word == "-fuse-cuid=none" for word in words):
+        return ("HIP without -cuid=: the driver's default CUID hashes the whole command, -### included, so no"
+                " split run gives its objects; pass -cuid=<id> (one per source) to cache it per target")
+    if not hip and language is None and not inputs[0].endswith(SOURCE_SUFFIXES):
+        return f"'{inputs[0]}' is not a C, C++ or HIP source"
+    if not hip and language is not None and language not in ("c", "c++"):
+        return f"-x {language}: the launcher splits C, C++ and HIP sources"
     if command.output == "-":
         return "-o -: the object goes to standard output"
     if command.output is None:

@@ -49,8 +49,10 @@ _DEPENDENCY_FLAGS = ("-sys-header-deps", "-MP", "-MG", "-MV", "-module-file-deps
 _CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
 
 
-#: The options by which the driver's jobs name their output (``-o``; ``ptxas``: ``--output-file``).
+#: The options by which the driver's jobs name their output (``-o``; ``ptxas``: ``--output-file``), and those that
+#: hold it in the same word (``clang-offload-bundler``: ``-output=``).
 _OUTPUT_OPTIONS = ("-o", "--output-file")
+_OUTPUT_PREFIXES = ("-output=",)
 
 
 class UnfollowedJobs(Exception):
@@ -111,17 +113,18 @@ def driver_jobs(command: Command, store: CacheStore | None, base: Key) -> Driver
 class _Job:
     """One job: its words as the driver printed them, where it writes, and what it reads of the earlier jobs."""
 
-    __slots__ = ("index", "words", "output", "output_at", "reads_source", "depfile")
+    __slots__ = ("index", "words", "output", "output_at", "output_prefix", "reads_source", "depfile")
 
     def __init__(self, index: int, words: list[str], source: str) -> None:
         self.index = index
         self.words = words
-        at = [i + 1 for i, word in enumerate(words[:-1]) if word in _OUTPUT_OPTIONS]
+        at = [(i + 1, "") for i, word in enumerate(words[:-1]) if word in _OUTPUT_OPTIONS]
+        at += [(i, prefix) for i, word in enumerate(words) for prefix in _OUTPUT_PREFIXES if word.startswith(prefix)]
         if len(at) != 1:
             raise UnfollowedJobs(f"job {index} ({os.path.basename(words[0])}) names {len(at)} outputs")
-        #: Where the output's name is in the words.
-        self.output_at = at[0]
-        self.output = words[at[0]]
+        #: Where the output's name is in the words, and what precedes it in that word.
+        self.output_at, self.output_prefix = at[0]
+        self.output = words[self.output_at][len(self.output_prefix):]
         self.reads_source = is_cc1(words) and source in words and value_after(words, "-x") != "ir"
         self.depfile = value_after(words, "-dependency-file") if is_cc1(words) else None
 
@@ -182,7 +185,7 @@ def _scratch_names(jobs: Sequence[_Job], scratch: str) -> dict[int, str]:
 
 
 def _replaced(word: str, mapping: dict[str, str]) -> str:
-    for old, new in mapping.items():
+    for old, new in sorted(mapping.items(), key=lambda item: -len(item[0])):  # a name inside a longer one: last
         if old in word:
             word = word.replace(old, new)
     return word
@@ -193,19 +196,19 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
              result: Result, log: list[str]) -> None:
     earlier = [other for other in jobs[:job.index] if other.output]
     reads = [other for other in earlier if any(other.output and other.output in word for word in job.words)]
-    placeholders = {other.output: f"@job{other.index}@" for other in earlier if other.output}
+    # An earlier output is named by its content, not by its job's place in the list, which adding a target shifts.
+    placeholders = {other.output: f"@{digests[other.index]}@" for other in reads}
     to_scratch = {other.output: names[other.index] for other in earlier if other.output}
     run_words = [_replaced(word, to_scratch) for word in job.words]
     key_words = [_replaced(word, placeholders) for word in job.words]
-    run_words[job.output_at] = names[job.index]
-    key_words[job.output_at] = "@output@"
+    run_words[job.output_at] = job.output_prefix + names[job.index]
+    key_words[job.output_at] = job.output_prefix + "@output@"
     dependency_values, key_words = _dependency_options(key_words)
     if dependency_values:  # where they were does not matter; what they are does
         key_words.append(f"deps {' '.join(dependency_values)}")
     if not records:
         key_words = [_cwd_free(word, cwd) for word in key_words]
-    key = Key("job", program_identity(job.words[0]), *key_words,
-              *(f"reads @job{other.index}@ {digests[other.index]}" for other in reads))
+    key = Key("job", program_identity(job.words[0]), *key_words)
     if records:
         key.add("cwd", cwd)
     base = key.hex()
