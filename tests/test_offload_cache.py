@@ -270,6 +270,24 @@ def test_what_it_does_not_split_runs_the_compiler_unchanged(tree, args):
     assert stats(tree)["pass-through"] == "1"
 
 
+def test_chained_with_ccache_in_either_order_the_objects_are_the_drivers(tree, monkeypatch):
+    ccache = which_or_fail("ccache")
+    monkeypatch.setenv("CCACHE_DIR", str(tree / "ccache"))
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    assert run([CLANGXX, *flags], tree).returncode == 0
+    expected = (tree / "kernel.o").read_bytes()
+    shim = tree / "bin" / "offload-cache"  # ccache runs the launcher as its compiler: a program on disk
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
+    shim.chmod(0o755)
+    for chained in ([*LAUNCHER, ccache, CLANGXX], [ccache, str(shim), CLANGXX]):
+        for _ in range(2):  # a miss, then a hit of the outer cache
+            (tree / "kernel.o").unlink()
+            done = run([*chained, *flags], tree)
+            assert done.returncode == 0, done.stderr
+            assert (tree / "kernel.o").read_bytes() == expected
+
+
 def test_a_cache_that_cannot_be_written_means_compiling_without_it(tree, monkeypatch):
     readonly = tree / "readonly"
     readonly.mkdir()

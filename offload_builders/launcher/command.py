@@ -67,9 +67,17 @@ class Command:
         return self.reason is None
 
 
+#: Launchers that may come after this one (``offload-cache ccache clang++ ...``): the command runs through them as
+#: it is (ccache caches it whole; before this launcher, ``ccache offload-cache clang++``, it sees a compiler).
+OTHER_LAUNCHERS = frozenset({"ccache", "sccache", "distcc", "icecc", "buildcache"})
+
+
 def read_command(argv: Sequence[str], cwd: str | None = None) -> Command:
     """``argv`` (the compiler and its arguments, as the build system ran them) read: see :class:`Command`."""
     command = Command(argv[0], argv[1:])
+    if os.path.basename(argv[0]) in OTHER_LAUNCHERS:
+        command.reason = f"{os.path.basename(argv[0])} launches the compiler: the command goes to it as it is"
+        return command
     try:
         command.expanded = tuple(_expanded(argv[1:], cwd or os.getcwd(), command.response_files))
     except (OSError, ValueError) as error:
