@@ -380,3 +380,45 @@ def test_an_unchanged_makefile_through_the_launcher(tree):
     assert not [p for p in processes if "-cc1" in p.argv]
     assert (tree / "kernel.o").read_bytes() == expected["kernel.o"]
     shutil.rmtree(tree / "cache")
+
+
+MESON_PROJECT = """\
+project('plain', 'cpp')
+archs = get_option('archs')
+static_library('kernels', 'src/kernel.cpp', 'src/main.cpp',
+               cpp_args: ['-fopenmp', '--offload-arch=' + archs, '-nogpulib'])
+"""
+
+
+def test_an_unchanged_meson_project_through_the_launcher(tree):
+    """Meson takes the launcher in its native file's compiler entry; adding a target recompiles each source's new
+    target alone, and the objects equal those of the same project built without it (a release build: with -g an
+    object records its build directory, which differs between the two)."""
+    bin_dir = Path(sys.executable).parent
+    meson, ninja = str(bin_dir / "meson"), str(bin_dir / "ninja")
+    (tree / "meson.build").write_text(MESON_PROJECT)
+    (tree / "meson_options.txt").write_text("option('archs', type: 'string', value: 'gfx90a')\n")
+    launcher = tree / "bin" / "offload-cache"
+    launcher.parent.mkdir()
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
+    launcher.chmod(0o755)
+    (tree / "plain.ini").write_text(f"[binaries]\ncpp = ['{CLANGXX}']\nar = 'ar'\n")
+    (tree / "cached.ini").write_text(f"[binaries]\ncpp = ['{launcher}', '{CLANGXX}']\nar = 'ar'\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+    def objects(build: str) -> dict[str, bytes]:
+        return {path.name: path.read_bytes() for path in (tree / build).rglob("*.o")}
+
+    for build in ("plain", "cached"):
+        done = run([meson, "setup", build, "--native-file", f"{build}.ini", "--buildtype=release"], tree, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert run([ninja, "-C", build], tree, env=env).returncode == 0
+    assert objects("cached") == objects("plain") and objects("plain")
+    for build in ("plain", "cached"):
+        done = run([meson, "configure", build, "-Darchs=gfx90a,gfx1030"], tree, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert run([ninja, "-C", "plain"], tree, env=env).returncode == 0
+    processes = traced(tree, [ninja, "-C", "cached"], tree, "meson-add")
+    device = [p.option("-target-cpu") for p in processes if "-fopenmp-is-target-device" in p.argv]
+    assert device == ["gfx1030", "gfx1030"]
+    assert objects("cached") == objects("plain")
