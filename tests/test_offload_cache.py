@@ -121,6 +121,24 @@ def test_adding_a_target_runs_only_its_device_compile_the_packager_and_the_embed
     assert (tree / "kernel.o").read_bytes() == ours
 
 
+def test_clang_22_whose_packager_is_llvm_offload_binary(tree, llvm22):
+    clangxx = str(llvm22("clang++"))
+
+    def both(archs: str) -> None:
+        flags = flags_for(archs)
+        assert run([clangxx, *flags], tree).returncode == 0
+        expected = ((tree / "kernel.o").read_bytes(), (tree / "kernel.d").read_bytes())
+        ours = run([*LAUNCHER, clangxx, *flags], tree)
+        assert ours.returncode == 0, ours.stderr
+        assert ((tree / "kernel.o").read_bytes(), (tree / "kernel.d").read_bytes()) == expected
+
+    both("gfx90a")
+    processes = traced(tree, [*LAUNCHER, clangxx, *flags_for("gfx90a,gfx1030")], tree, "clang22")
+    device = [p.option("-target-cpu") for p in processes if "-fopenmp-is-target-device" in p.argv]
+    assert device == ["gfx1030"] and [p.program for p in processes].count("llvm-offload-binary") == 1
+    both("gfx90a,gfx1030")
+
+
 def test_an_nvptx_target_added_runs_its_compile_and_ptxas_only(tree):
     """NVPTX device code goes through ptxas (``--output-file``, not ``-o``): followed as the other jobs are."""
     def flags(archs: str) -> list[str]:
