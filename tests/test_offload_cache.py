@@ -209,12 +209,16 @@ def test_a_second_build_tree_of_the_same_checkout_runs_no_device_compile(tree):
 def test_warnings_show_on_hits_as_the_driver_prints_them(tree):
     kernel = tree / "src" / "kernel.cpp"
     kernel.write_text("#warning from the kernel\n" + kernel.read_text())
-    flags = ["-fopenmp", HOST_DEVICE, "-Wno-unused-command-line-argument", "-L/nowhere", "-O2", "-MD", "-MF",
-             "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    flags = ["-fopenmp", HOST_DEVICE, "-L/nowhere", "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o",
+             "kernel.o"]
     _, _, driver, miss = compile_both(tree, flags)
     _, _, _, hit = compile_both(tree, flags)
     assert driver.count("warning: from the kernel") == 2  # the host front end and the device compile each say it
+    assert "argument unused during compilation: '-L/nowhere'" in driver  # the driver's own, from -### too
     assert miss == driver and hit == driver
+    (tree / "src" / "kernel.h").write_text("#define SCALE 5\n")  # every job again, the jobs from the -### cache
+    _, _, driver, again = compile_both(tree, flags)
+    assert again == driver
 
 
 def test_a_recreated_source_is_compiled_again_as_the_driver_would(tree):
