@@ -189,6 +189,13 @@ def test_hip_sources_with_a_pinned_cuid_are_split_so_a_target_is_added_alone(tre
     # The driver's own CUID hashes its whole command line (-### too): without -cuid= the command runs unchanged.
     compile_both(tree, flags("gfx90a"), "scale.o")
     assert stats(tree)["pass-through"] == "1"
+    # After a failed HIP job the driver runs no other offloading job (OpenMP's go on): one error, as its.
+    source = tree / "src" / "scale.hip"
+    source.write_text("#if defined(__gfx1030__) || defined(__gfx90a__)\n#error no\n#endif\n" + source.read_text())
+    failed = run([CLANGXX, *flags("gfx90a,gfx1030", "-cuid=5eed")], tree)
+    assert failed.returncode != 0 and failed.stderr.count("error: no") == 1
+    ours = run([*LAUNCHER, CLANGXX, *flags("gfx90a,gfx1030", "-cuid=5eed")], tree)
+    assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
 
 
 def test_a_second_build_tree_of_the_same_checkout_runs_no_device_compile(tree):
@@ -219,6 +226,22 @@ def test_warnings_show_on_hits_as_the_driver_prints_them(tree):
     (tree / "src" / "kernel.h").write_text("#define SCALE 5\n")  # every job again, the jobs from the -### cache
     _, _, driver, again = compile_both(tree, flags)
     assert again == driver
+
+
+def test_device_jobs_in_parallel_print_and_fail_as_the_driver_does(tree, monkeypatch):
+    """``OFFLOAD_CACHE_JOBS=3``: the device compiles run at once; diagnostics still come in the driver's order."""
+    monkeypatch.setenv("OFFLOAD_CACHE_JOBS", "3")
+    kernel = tree / "src" / "kernel.cpp"
+    kernel.write_text("#warning from the kernel\n" + kernel.read_text())
+    _, _, driver, ours = compile_both(tree, flags_for("gfx90a,gfx1030,gfx942"))
+    assert driver.count("warning: from the kernel") == 4 and ours == driver
+    kernel.write_text("#ifdef __AMDGPU__\n#error the device side\n#endif\n" + kernel.read_text())
+    failed = run([CLANGXX, *flags_for("gfx90a,gfx1030,gfx942")], tree)
+    assert failed.returncode != 0 and failed.stderr.count("error: the device side") == 3  # it goes on after one
+    for jobs in ("3", "1"):
+        monkeypatch.setenv("OFFLOAD_CACHE_JOBS", jobs)
+        ours = run([*LAUNCHER, CLANGXX, *flags_for("gfx90a,gfx1030,gfx942")], tree)
+        assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
 
 
 def test_a_recreated_source_is_compiled_again_as_the_driver_would(tree):

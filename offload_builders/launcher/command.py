@@ -49,7 +49,7 @@ class Command:
     """One compiler command as the launcher sees it: the compiler, its arguments (response files read), and, where
     it splits it, the source, the object and the dependency-file request."""
 
-    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "depfile", "reason", "response_files")
+    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "depfile", "reason", "response_files", "hip")
 
     def __init__(self, compiler: str, arguments: Sequence[str]) -> None:
         self.compiler = compiler
@@ -61,6 +61,8 @@ class Command:
         self.depfile: str | None = None
         #: Why the launcher runs this command unchanged (None: it splits it).
         self.reason: str | None = None
+        #: A HIP compile (else OpenMP): after a failed job the driver runs no further offloading job.
+        self.hip = False
 
     @property
     def splits(self) -> bool:
@@ -164,4 +166,5 @@ def _why_not(command: Command) -> str | None:
     if command.output is None:
         command.output = os.path.splitext(os.path.basename(inputs[0]))[0] + ".o"
     command.source = inputs[0]
+    command.hip = hip
     return None

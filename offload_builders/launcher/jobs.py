@@ -35,7 +35,7 @@ from offload_builders.launcher.store import CacheStore, Entry
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from offload_builders.launcher.command import Command
 
@@ -130,15 +130,43 @@ class _Job:
 
 
 class Result:
-    """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics."""
+    """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics,
+    and the exit status of the first job that failed (0: none)."""
 
-    __slots__ = ("read", "depfile", "depfile_text", "stderr")
+    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status")
 
     def __init__(self) -> None:
         self.read: list[str] = []
         self.depfile: str | None = None
         self.depfile_text: bytes | None = None
         self.stderr = b""
+        self.status = 0
+
+
+class _Outcome:
+    """One job's part of the run, applied in the driver's order: its diagnostics, the files it read, its
+    dependency file, and its exit status where it failed (then the jobs after it do not count)."""
+
+    __slots__ = ("stderr", "read", "depfile_text", "status")
+
+    def __init__(self, stderr: bytes, read: list[str], depfile_text: bytes | None = None, status: int = 0) -> None:
+        self.stderr = stderr
+        self.read = read
+        self.depfile_text = depfile_text
+        self.status = status
+
+
+#: A job the driver would not run: one whose input's job failed.
+_SKIPPED = _Outcome(b"", [], status=-1)
+
+
+def parallel_jobs() -> int:
+    """How many of a command's jobs may run at once: ``$OFFLOAD_CACHE_JOBS``, else one after another, as the driver
+    runs them (a build already runs as many commands as it has cores)."""
+    try:
+        return max(1, int(os.environ.get("OFFLOAD_CACHE_JOBS", "1")))
+    except ValueError:
+        return 1
 
 
 def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd: str, output: str,
@@ -158,17 +186,80 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
     entries: dict[int, Entry] = {}
     with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
         names = _scratch_names(jobs, scratch)
+
+        def one(job: _Job) -> _Outcome:
+            return _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log)
+
         try:
-            for job in jobs:
-                _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, result, log)
+            workers = 1 if command.hip else parallel_jobs()
+            if workers == 1:
+                failed: set[int] = set()
+                for job in jobs:
+                    skip = (command.hip and bool(failed)) or bool(_inputs_of(job, jobs) & failed)
+                    outcome = _SKIPPED if skip else one(job)
+                    if outcome.status:
+                        failed.add(job.index)
+                    _apply(job, outcome, result)
+            else:
+                _run_in_parallel(jobs, one, workers, result)
         finally:
             for entry in entries.values():
                 entry.close()
+        if result.status:
+            raise JobsFailed(result.status)
         last = jobs[-1]
         partial = output + ".partial"
         shutil.copyfile(names[last.index], partial)
         os.replace(partial, output)
     return result
+
+
+def _run_in_parallel(jobs: Sequence[_Job], one: Callable[[_Job], _Outcome], workers: int, result: Result) -> None:
+    """Each job once the earlier jobs whose outputs it reads are done, ``workers`` at a time; their outcomes
+    applied in the driver's order, up to the first failure. A job waits only for earlier ones, which started
+    before it (the pool takes them in order), so the pool always makes progress."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    futures: dict[int, Future[_Outcome]] = {}
+
+    def task(job: _Job) -> _Outcome:
+        if any(futures[index].result().status for index in _inputs_of(job, jobs)):
+            return _SKIPPED  # an input's job failed: the driver never runs this one
+        return one(job)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            for job in jobs:
+                futures[job.index] = pool.submit(task, job)
+            for job in jobs:
+                _apply(job, futures[job.index].result(), result)
+        except BaseException:
+            for future in futures.values():
+                future.cancel()
+            raise
+
+
+def _inputs_of(job: _Job, jobs: Sequence[_Job]) -> set[int]:
+    """The earlier jobs whose outputs ``job`` reads."""
+    return {other.index for other in jobs[:job.index] if other.output and any(other.output in word
+                                                                              for word in job.words)}
+
+
+def _apply(job: _Job, outcome: _Outcome, result: Result) -> None:
+    """Print a job's diagnostics and take its files and dependency file into ``result``. A failure is kept (the
+    first one's exit status is the command's, as the driver's); the driver goes on with the jobs that do not read
+    a failed job's output (OpenMP: the other targets' device compiles), so the caller does too."""
+    result.stderr += outcome.stderr
+    _print(outcome.stderr)
+    if outcome.status:
+        if not result.status and outcome is not _SKIPPED:
+            result.status = outcome.status if outcome.status > 0 else 1
+        return
+    for path in outcome.read:
+        if path not in result.read:
+            result.read.append(path)
+    if job.depfile is not None and outcome.depfile_text is not None:
+        result.depfile, result.depfile_text = job.depfile, outcome.depfile_text
 
 
 def _records_directory(jobs: Sequence[_Job]) -> bool:
@@ -193,7 +284,8 @@ def _replaced(word: str, mapping: dict[str, str]) -> str:
 
 def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: dict[int, str],
              entries: dict[int, Entry], store: CacheStore | None, cwd: str, records: bool, scratch: str,
-             result: Result, log: list[str]) -> None:
+             log: list[str]) -> _Outcome:
+    """One job from the cache, or run here and stored; its outcome for :func:`_apply`."""
     earlier = [other for other in jobs[:job.index] if other.output]
     reads = [other for other in earlier if any(other.output and other.output in word for word in job.words)]
     # An earlier output is named by its content, not by its job's place in the list, which adding a target shifts.
@@ -217,13 +309,10 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
         kept = json.loads(entry.meta)
         digests[job.index] = kept["digest"]
         entries[job.index] = entry
-        _take_dependencies(job, kept, result)
-        stderr = kept["stderr"].encode(errors="surrogateescape")
-        result.stderr += stderr
-        _print(stderr)
         if job is jobs[-1]:
             entry.copy_to("out", names[job.index])
-        return
+        depfile_text = kept["depfile"].encode(errors="surrogateescape") if "depfile" in kept else None
+        return _Outcome(kept["stderr"].encode(errors="surrogateescape"), list(kept.get("read", [])), depfile_text)
     log.append(f"job {job.index} ({os.path.basename(job.words[0])}) ran")
     for other in reads:  # earlier outputs this job reads, taken from the cache where they were hits
         if other.index in entries and not os.path.exists(names[other.index]):
@@ -232,22 +321,17 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     depfile = os.path.join(scratch, f"job{job.index}.d")
     argv = _with_output(run_words, output, depfile, dependency_values, job.reads_source)
     done = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
-    result.stderr += done.stderr
-    _print(done.stderr)
     if done.returncode != 0:
-        raise JobsFailed(done.returncode if done.returncode > 0 else 1)
+        return _Outcome(done.stderr, [], status=done.returncode if done.returncode > 0 else 1)
     meta: dict[str, object] = {"stderr": done.stderr.decode(errors="surrogateescape")}
     read: list[str] = []
+    text: bytes | None = None
     if job.reads_source:
         read = _files_read(argv, depfile, dependency_values, scratch)
-        for path in read:
-            if path not in result.read:
-                result.read.append(path)
         if job.depfile is not None:
             with open(depfile, "rb") as f:
                 text = f.read()
             meta["depfile"] = text.decode(errors="surrogateescape")
-            result.depfile, result.depfile_text = job.depfile, text
         meta["read"] = read
     digest = file_digest(output)
     assert digest is not None
@@ -261,6 +345,7 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
                 store.store(Key("result", base, *parts).hex(), {"out": output}, encoded)
         else:
             store.store(base, {"out": output}, encoded)
+    return _Outcome(done.stderr, read, text)
 
 
 def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | None:
@@ -273,16 +358,6 @@ def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | 
         if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
             return entry
     return None
-
-
-def _take_dependencies(job: _Job, meta: dict, result: Result) -> None:
-    if job.reads_source:
-        for path in meta.get("read", []):
-            if path not in result.read:
-                result.read.append(path)
-    if job.depfile is not None and "depfile" in meta:
-        result.depfile = job.depfile
-        result.depfile_text = meta["depfile"].encode(errors="surrogateescape")
 
 
 def _without_value(words: list[str], flag: str) -> None:
