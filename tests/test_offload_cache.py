@@ -198,6 +198,47 @@ def test_hip_sources_with_a_pinned_cuid_are_split_so_a_target_is_added_alone(tre
     assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
 
 
+@pytest.mark.parametrize("clang", ["19", "22"])
+def test_a_target_of_a_new_triple_reuses_the_old_device_compiles(tree, clang, llvm22):
+    """Adding a target of a new triple: the host front end's words change (its triples, and the new triple's
+    include directories), its bitcode does not, so the old targets' device compiles are hits; the object is the
+    driver's."""
+    clangxx = CLANGXX if clang == "19" else str(llvm22("clang++"))
+
+    def flags(triples: str) -> list[str]:
+        return ["-fopenmp", f"-fopenmp-targets={triples}", "-Xopenmp-target=amdgcn-amd-amdhsa", "-march=gfx90a",
+                "-nogpulib", "-O2", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+
+    first = run([*LAUNCHER, clangxx, *flags("amdgcn-amd-amdhsa")], tree)
+    assert first.returncode == 0, first.stderr
+    added = flags("amdgcn-amd-amdhsa,x86_64-unknown-linux-gnu")
+    processes = traced(tree, [*LAUNCHER, clangxx, *added], tree, f"new-triple-{clang}")
+    cc1 = [p for p in processes if "-cc1" in p.argv]
+    # The host front end runs again (the new triple adds its include directories), writes the same bitcode, so
+    # the AMDGPU device compile, which reads it, is a hit.
+    assert [p.option("-triple") for p in cc1 if "-fopenmp-is-target-device" in p.argv] == ["x86_64-unknown-linux-gnu"]
+    ours = (tree / "kernel.o").read_bytes()
+    assert run([clangxx, *added], tree).returncode == 0
+    assert (tree / "kernel.o").read_bytes() == ours
+
+
+def test_a_changed_device_library_is_a_miss(tree):
+    """The GPU device libraries reach a device compile by -mlink-builtin-bitcode, which no dependency file lists:
+    their content is part of its key, so an updated library (same path, other bytes) gives the driver's new
+    object, not the old one from the cache."""
+    libraries = tree / "bitcode"
+    shutil.copytree("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", libraries)
+    flags = ["-fopenmp", "--offload-arch=gfx90a", f"--rocm-device-lib-path={libraries}", "-O2", "-MD", "-MF",
+             "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    compile_both(tree, flags)
+    # A package update: the daz-off library's path now holds the daz-on library's bytes.
+    shutil.copyfile(libraries / "oclc_daz_opt_on.bc", libraries / "oclc_daz_opt_off.bc")
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags], tree, "library")
+    assert [p.option("-target-cpu") for p in processes if "-fopenmp-is-target-device" in p.argv] == ["gfx90a"]
+    assert stats(tree)["hits"] == "0"
+    compile_both(tree, flags)  # and the object is the driver's
+
+
 def test_a_second_build_tree_of_the_same_checkout_runs_no_device_compile(tree):
     source = str(tree / "src" / "kernel.cpp")  # CMake names sources by absolute path, objects relatively
     flags = ["-fopenmp", "--offload-arch=gfx90a", "-nogpulib", "-O2", "-MD", "-MT", "obj/kernel.o", "-MF",

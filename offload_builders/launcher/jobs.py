@@ -300,7 +300,11 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
         key_words.append(f"deps {' '.join(dependency_values)}")
     if not records:
         key_words = [_cwd_free(word, cwd) for word in key_words]
-    key = Key("job", program_identity(job.words[0]), *key_words)
+    if job.reads_source and "-fopenmp-is-target-device" not in job.words:
+        key_words = [_targets_free(word) for word in key_words]
+    libraries = libraries_of(job.words)
+    key = Key("job", program_identity(job.words[0]), *key_words,
+              *(f"library {path} {file_digest(path)}" for path in libraries))
     if records:
         key.add("cwd", cwd)
     base = key.hex()
@@ -312,7 +316,8 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
         if job is jobs[-1]:
             entry.copy_to("out", names[job.index])
         depfile_text = kept["depfile"].encode(errors="surrogateescape") if "depfile" in kept else None
-        return _Outcome(kept["stderr"].encode(errors="surrogateescape"), list(kept.get("read", [])), depfile_text)
+        return _Outcome(kept["stderr"].encode(errors="surrogateescape"), [*kept.get("read", []), *libraries],
+                        depfile_text)
     log.append(f"job {job.index} ({os.path.basename(job.words[0])}) ran")
     for other in reads:  # earlier outputs this job reads, taken from the cache where they were hits
         if other.index in entries and not os.path.exists(names[other.index]):
@@ -345,7 +350,7 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
                 store.store(Key("result", base, *parts).hex(), {"out": output}, encoded)
         else:
             store.store(base, {"out": output}, encoded)
-    return _Outcome(done.stderr, read, text)
+    return _Outcome(done.stderr, [*read, *libraries], text)
 
 
 def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | None:
@@ -385,6 +390,27 @@ def _dependency_options(words: list[str]) -> tuple[list[str], list[str]]:
             rest.append(word)
         index += 1
     return options, rest
+
+
+#: How an OpenMP host job names the offload triples (Clang 19: ``-fopenmp-targets=``; Clang 22: ``--offload-targets=``).
+_HOST_TARGET_LISTS = ("-fopenmp-targets=", "--offload-targets=")
+#: Options by which a ``-cc1`` job reads a library no dependency file lists (the GPU device libraries).
+_LIBRARY_OPTIONS = ("-mlink-builtin-bitcode", "-mlink-bitcode-file")
+
+
+def _targets_free(word: str) -> str:
+    """The OpenMP host front end's list of offload triples: its output depends only on there being offload
+    targets, not on which triples (checked byte for byte for Clang 19 and 22; the SCons tool's host nodes rely on
+    the same), so adding a target of a new triple reuses it where nothing else in its words changed."""
+    for prefix in _HOST_TARGET_LISTS:
+        if word.startswith(prefix) and len(word) > len(prefix):
+            return prefix + "@some@"
+    return word
+
+
+def libraries_of(words: Sequence[str]) -> list[str]:
+    """The libraries a job links in (``-mlink-builtin-bitcode``): read, though no dependency file names them."""
+    return [words[index + 1] for index, word in enumerate(words[:-1]) if word in _LIBRARY_OPTIONS]
 
 
 def _cwd_free(word: str, cwd: str) -> str:
