@@ -269,6 +269,45 @@ def test_warnings_show_on_hits_as_the_driver_prints_them(tree):
     assert again == driver
 
 
+def in_a_terminal(argv: list[str], cwd: Path) -> bytes:
+    """What ``argv`` writes to standard error when that is a terminal (a pseudo-terminal here)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=follower)
+        assert done.returncode == 0
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal has no writer left
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+
+
+def test_diagnostics_are_coloured_in_a_terminal_as_the_drivers(tree):
+    """The driver colours diagnostics where its standard error is a terminal; the launcher keeps them coloured and
+    shows them so there, from a run and from the cache, and plain elsewhere (the other tests)."""
+    kernel = tree / "src" / "kernel.cpp"
+    kernel.write_text("#warning from the kernel\n" + kernel.read_text())
+    flags = ["-fopenmp", HOST_DEVICE, "-O2", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    driver = in_a_terminal([CLANGXX, *flags], tree)
+    assert b"\x1b[" in driver and b"from the kernel" in driver
+    assert in_a_terminal([*LAUNCHER, CLANGXX, *flags], tree) == driver  # a run
+    assert in_a_terminal([*LAUNCHER, CLANGXX, *flags], tree) == driver  # the cache
+    assert stats(tree)["hits"] == "1"
+
+
 def test_device_jobs_in_parallel_print_and_fail_as_the_driver_does(tree, monkeypatch):
     """``OFFLOAD_CACHE_JOBS=3``: the device compiles run at once; diagnostics still come in the driver's order."""
     monkeypatch.setenv("OFFLOAD_CACHE_JOBS", "3")

@@ -22,7 +22,7 @@ import os
 import sys
 
 from offload_builders.cli._common import UsageError, run_guarded
-from offload_builders.launcher.command import Command, read_command
+from offload_builders.launcher.command import Command, diagnostics_shown, read_command
 from offload_builders.launcher.keys import Key, command_key, files_part
 from offload_builders.launcher.store import CacheStore, parse_size
 
@@ -102,6 +102,7 @@ def _replayed(command: Command, store: CacheStore, base: Key) -> bool:
             if depfile:
                 _write_atomically(depfile, entry.read("deps"))
             stderr = entry.read("stderr") if "stderr" in entry.names else b""
+        stderr = diagnostics_shown(stderr, command.colour, sys.stderr.isatty())
         if stderr:
             sys.stderr.buffer.write(stderr)
             sys.stderr.buffer.flush()

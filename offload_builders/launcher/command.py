@@ -49,7 +49,8 @@ class Command:
     """One compiler command as the launcher sees it: the compiler, its arguments (response files read), and, where
     it splits it, the source, the object and the dependency-file request."""
 
-    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "depfile", "reason", "response_files", "hip")
+    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "depfile", "reason", "response_files", "hip",
+                 "colour")
 
     def __init__(self, compiler: str, arguments: Sequence[str]) -> None:
         self.compiler = compiler
@@ -63,6 +64,9 @@ class Command:
         self.reason: str | None = None
         #: A HIP compile (else OpenMP): after a failed job the driver runs no further offloading job.
         self.hip = False
+        #: Coloured diagnostics: "always" or "never" as the command asks, else "auto" (the driver's choice: where
+        #: its standard error is a terminal). See :func:`diagnostics_shown`.
+        self.colour = "auto"
 
     @property
     def splits(self) -> bool:
@@ -86,7 +90,36 @@ def read_command(argv: Sequence[str], cwd: str | None = None) -> Command:
         command.reason = f"cannot read a response file: {error}"
         return command
     command.reason = _why_not(command)
+    for word in command.expanded:
+        if word in ("-fcolor-diagnostics", "-fdiagnostics-color", "-fdiagnostics-color=always"):
+            command.colour = "always"
+        elif word in ("-fno-color-diagnostics", "-fno-diagnostics-color", "-fdiagnostics-color=never"):
+            command.colour = "never"
+        elif word == "-fdiagnostics-color=auto":
+            command.colour = "auto"
     return command
+
+
+def diagnostics_shown(data: bytes, colour: str, terminal: bool) -> bytes:
+    """Diagnostics as the driver would print them. Where the command leaves colour to the driver ("auto"), the
+    launcher runs its jobs with colour (so that what it keeps serves a terminal too, as ccache does) and takes the
+    colour out here where standard error is not a terminal: the text is the driver's either way."""
+    if colour != "auto" or terminal or b"\x1b[" not in data:
+        return data
+    out = bytearray()
+    start = 0
+    while (found := data.find(b"\x1b[", start)) >= 0:
+        end = found + 2
+        while end < len(data) and data[end] in b"0123456789;":
+            end += 1
+        if end < len(data) and data[end] == ord("m"):  # a colour (SGR) sequence: dropped
+            out += data[start:found]
+            start = end + 1
+        else:
+            out += data[start:end]
+            start = end
+    out += data[start:]
+    return bytes(out)
 
 
 def _expanded(arguments: Sequence[str], cwd: str, read: list[str], depth: int = 0) -> list[str]:

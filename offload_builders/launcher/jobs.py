@@ -30,6 +30,7 @@ import tempfile
 
 from offload_builders.depfiles import read_make_dependencies
 from offload_builders.driver import is_cc1, parse_driver_jobs, value_after
+from offload_builders.launcher.command import diagnostics_shown
 from offload_builders.launcher.keys import Key, file_digest, files_part, job_records_directory, program_identity
 from offload_builders.launcher.store import CacheStore, Entry
 
@@ -133,9 +134,10 @@ class Result:
     """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics,
     and the exit status of the first job that failed (0: none)."""
 
-    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status")
+    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour")
 
     def __init__(self) -> None:
+        self.colour = "auto"
         self.read: list[str] = []
         self.depfile: str | None = None
         self.depfile_text: bytes | None = None
@@ -180,15 +182,16 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
         raise UnfollowedJobs("the driver's last job does not write the object")
     records = _records_directory(jobs)
     result = Result()
+    result.colour = command.colour
     result.stderr = found.said.encode(errors="surrogateescape")
-    _print(result.stderr)
+    _print(result.stderr, result.colour)
     digests: dict[int, str] = {}
     entries: dict[int, Entry] = {}
     with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
         names = _scratch_names(jobs, scratch)
 
         def one(job: _Job) -> _Outcome:
-            return _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log)
+            return _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log, command.colour)
 
         try:
             workers = 1 if command.hip else parallel_jobs()
@@ -250,7 +253,7 @@ def _apply(job: _Job, outcome: _Outcome, result: Result) -> None:
     first one's exit status is the command's, as the driver's); the driver goes on with the jobs that do not read
     a failed job's output (OpenMP: the other targets' device compiles), so the caller does too."""
     result.stderr += outcome.stderr
-    _print(outcome.stderr)
+    _print(outcome.stderr, result.colour)
     if outcome.status:
         if not result.status and outcome is not _SKIPPED:
             result.status = outcome.status if outcome.status > 0 else 1
@@ -284,7 +287,7 @@ def _replaced(word: str, mapping: dict[str, str]) -> str:
 
 def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: dict[int, str],
              entries: dict[int, Entry], store: CacheStore | None, cwd: str, records: bool, scratch: str,
-             log: list[str]) -> _Outcome:
+             log: list[str], colour: str) -> _Outcome:
     """One job from the cache, or run here and stored; its outcome for :func:`_apply`."""
     earlier = [other for other in jobs[:job.index] if other.output]
     reads = [other for other in earlier if any(other.output and other.output in word for word in job.words)]
@@ -294,6 +297,8 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     run_words = [_replaced(word, to_scratch) for word in job.words]
     key_words = [_replaced(word, placeholders) for word in job.words]
     run_words[job.output_at] = job.output_prefix + names[job.index]
+    if colour == "auto" and is_cc1(run_words) and "-fcolor-diagnostics" not in run_words:
+        run_words.insert(2, "-fcolor-diagnostics")  # kept coloured; shown as the terminal (or not) asks
     key_words[job.output_at] = job.output_prefix + "@output@"
     dependency_values, key_words = _dependency_options(key_words)
     if dependency_values:  # where they were does not matter; what they are does
@@ -456,7 +461,8 @@ def _files_read(argv: Sequence[str], depfile: str, dependency: list[str], scratc
     return read_make_dependencies(all_files)
 
 
-def _print(data: bytes) -> None:
+def _print(data: bytes, colour: str) -> None:
+    data = diagnostics_shown(data, colour, sys.stderr.isatty())
     if data:
         sys.stderr.flush()
         sys.stderr.buffer.write(data)
