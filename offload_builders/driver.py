@@ -209,8 +209,8 @@ def _shortened(text: str, limit: int = 300) -> str:
 
 
 #: Flags by which the driver itself would choose the offload targets; our nodes choose them per target.
-_TARGET_SELECTION_PREFIXES = ("--offload-arch=", "--no-offload-arch=", "-fopenmp-targets=", "--cuda-gpu-arch=",
-                              "--no-cuda-gpu-arch=")
+_TARGET_SELECTION_PREFIXES = ("--offload-arch=", "--no-offload-arch=", "-fopenmp-targets=", "--offload-targets=",
+                              "--cuda-gpu-arch=", "--no-cuda-gpu-arch=")
 
 
 def target_selection_flags(flags: Iterable[str]) -> list[str]:

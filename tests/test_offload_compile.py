@@ -351,6 +351,8 @@ def test_check_prints_the_canonical_list(work):
     (["host", "k.cpp"], "host: -o is required"),
     (["host", "k.cpp", "-o", "x", "--", "-MMD"], "the compile flag '-MMD' writes a dependency file"),
     (["host", "k.cpp", "-o", "x", "--", "--offload-arch=gfx90a"], "'--offload-arch=gfx90a' selects offload targets"),
+    (["host", "k.cpp", "-o", "x", "--", "--offload-targets=amdgcn-amd-amdhsa"],
+     "'--offload-targets=amdgcn-amd-amdhsa' selects offload targets"),
     (["device", "k.cpp", "--host-bc", "k.cpp", "-o", "x", "--target", "gfx90a:bogus+"], "--target: "),
     (["device", "k.cpp", "--host-bc", "nope.bc", "-o", "x", "--target", "x86_64"], "--host-bc: 'nope.bc' not found"),
     (["package", "k.cpp", "--targets", "x86_64,gfx90a", "-o", "p", "k.cpp"], "--targets names 2 targets but 1"),

@@ -38,7 +38,7 @@ _NOT_A_COMPILE = frozenset({
 _NOT_A_COMPILE_PREFIXES = ("-save-temps=", "-print-", "--print-", "-fprofile-generate", "-fprofile-instr-generate",
                            "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl")
 #: The options that ask the driver for offload targets.
-_TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=", "--cuda-gpu-arch=")
+_TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=", "--offload-targets=", "--cuda-gpu-arch=")
 #: Dependency-file options: the driver writes the depfile in its jobs; the launcher writes it itself.
 DEPENDENCY_FLAGS = frozenset({"-MD", "-MMD", "-MP", "-MG", "-MV"})
 #: The most response files one command may nest (as Clang's own limit, roughly).
