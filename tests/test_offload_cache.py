@@ -239,6 +239,32 @@ def test_a_changed_device_library_is_a_miss(tree):
     compile_both(tree, flags)  # and the object is the driver's
 
 
+def test_an_updated_tool_is_a_miss(tree):
+    """The programs a command's jobs run besides the compiler (ptxas here, from the CUDA tools directory the flags
+    name) are in its key by their identity: an update compiles again, from the whole command down to that job."""
+    from offload_builders.targets import parse_offload_archs
+
+    flags = [*driver_library_flags(parse_offload_archs("sm_80"), ["-O2"])]
+    cuda = next(flag.split("=", 1)[1] for flag in flags if flag.startswith("--cuda-path="))
+    tools = tree / "cuda"
+    shutil.copytree(cuda, tools, symlinks=True)
+    ptxas = tools / "bin" / "ptxas"
+    real = ptxas.resolve()
+    ptxas.unlink()
+    shutil.copy2(real, ptxas)
+    flags = ["-fopenmp", "--offload-arch=sm_80", *(f"--cuda-path={tools}" if flag.startswith("--cuda-path=") else flag
+                                                   for flag in flags),
+             "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]
+    compile_both(tree, flags)
+    compile_both(tree, flags)
+    assert stats(tree)["hits"] == "1"
+    mtime = ptxas.stat().st_mtime_ns
+    os.utime(ptxas, ns=(mtime + 10**9, mtime + 10**9))  # the tool updated in place
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags], tree, "tool")
+    assert [p.program for p in processes].count("ptxas") == 1
+    assert stats(tree)["hits"] == "1"
+
+
 def test_a_second_build_tree_of_the_same_checkout_runs_no_device_compile(tree):
     source = str(tree / "src" / "kernel.cpp")  # CMake names sources by absolute path, objects relatively
     flags = ["-fopenmp", "--offload-arch=gfx90a", "-nogpulib", "-O2", "-MD", "-MT", "obj/kernel.o", "-MF",

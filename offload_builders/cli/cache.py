@@ -23,7 +23,7 @@ import sys
 
 from offload_builders.cli._common import UsageError, run_guarded
 from offload_builders.launcher.command import Command, diagnostics_shown, read_command
-from offload_builders.launcher.keys import Key, command_key, files_part
+from offload_builders.launcher.keys import Key, command_key, files_part, program_entry
 from offload_builders.launcher.store import CacheStore, parse_size
 
 TYPE_CHECKING = False
@@ -158,7 +158,8 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
         _write_atomically(result.depfile, result.depfile_text)
     store.count("misses")
     _log(f"miss {command.source}: {'; '.join(log) or 'every job was a hit'}")
-    parts = files_part(result.read, identity=True)
+    listed = [*result.read, *(program_entry(program) for program in result.programs)]
+    parts = files_part(listed, identity=True)
     if parts is not None and result.read:
         with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
             files = {"out": command.output}
@@ -168,7 +169,7 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
                     with open(files[name], "wb") as f:
                         f.write(data)
             key = base.hex()
-            store.add_file_list(key, result.read)
+            store.add_file_list(key, listed)
             store.store(Key("result", key, *parts).hex(), files, os.fsencode(result.depfile or ""))
     return 0
 

@@ -134,10 +134,12 @@ class Result:
     """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics,
     and the exit status of the first job that failed (0: none)."""
 
-    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour")
+    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour", "programs")
 
     def __init__(self) -> None:
         self.colour = "auto"
+        #: The programs the jobs run besides the compiler (its identity is in the command's key).
+        self.programs: list[str] = []
         self.read: list[str] = []
         self.depfile: str | None = None
         self.depfile_text: bytes | None = None
@@ -183,6 +185,7 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
     records = _records_directory(jobs)
     result = Result()
     result.colour = command.colour
+    result.programs = list(dict.fromkeys(job.words[0] for job in jobs))
     result.stderr = found.said.encode(errors="surrogateescape")
     _print(result.stderr, result.colour)
     digests: dict[int, str] = {}

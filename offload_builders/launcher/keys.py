@@ -116,6 +116,11 @@ def _on_path(name: str) -> str | None:
     return None
 
 
+#: Where the driver looks for GCC installations (libstdc++'s headers, the C runtime's objects): a new GCC version
+#: there changes its jobs' include directories, so the listing is part of every command's key.
+GCC_DIRECTORIES = ("/usr/lib/gcc/x86_64-linux-gnu", "/usr/lib/gcc/x86_64-pc-linux-gnu", "/usr/lib64/gcc")
+
+
 def compiler_parts(compiler: str, environ: Mapping[str, str]) -> list[str]:
     """What a compile's outputs depend on besides its words and files: the compiler's identity, the
     configuration files Clang may read, and the driver's environment variables."""
@@ -133,6 +138,11 @@ def compiler_parts(compiler: str, environ: Mapping[str, str]) -> list[str]:
             path = os.path.join(directory, name)
             parts.append(f"config {path} {file_digest(path)}")
     parts += [f"env {name}={environ[name]}" for name in ENVIRONMENT if name in environ]
+    for directory in GCC_DIRECTORIES:
+        try:
+            parts.append(f"gcc {directory} {' '.join(sorted(os.listdir(directory)))}")
+        except OSError:
+            continue
     return parts
 
 
@@ -157,11 +167,25 @@ def command_key(compiler: str, words: Sequence[str], cwd: str, environ: Mapping[
     return key
 
 
+#: Marks a program in a file list: it is checked by :func:`program_identity` (size, mtime), not hashed whole (a
+#: linker is tens of megabytes). No path holds a NUL, so no file name can look like it.
+PROGRAM = "\0program "
+
+
+def program_entry(program: str) -> str:
+    """A program a command's jobs ran (``lld``, ``ptxas``, the packager), as its file list names it."""
+    return PROGRAM + program
+
+
 def files_part(paths: Iterable[str], identity: bool) -> list[str] | None:
     """Each file's digest (and identity, for outputs that name target regions by it), or None where one cannot
-    be read now (a file of that list is gone: that list cannot match)."""
+    be read now (a file of that list is gone: that list cannot match); a program (:func:`program_entry`) by its
+    identity."""
     parts: list[str] = []
     for path in paths:
+        if path.startswith(PROGRAM):
+            parts.append("program " + program_identity(path[len(PROGRAM):]))
+            continue
         digest = file_digest(path)
         if digest is None:
             return None
@@ -171,5 +195,5 @@ def files_part(paths: Iterable[str], identity: bool) -> list[str] | None:
     return parts
 
 
-__all__ = ["ENVIRONMENT", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest", "files_part",
-           "forget_digest", "job_records_directory", "program_identity", "records_directory"]
+__all__ = ["ENVIRONMENT", "PROGRAM", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest", "files_part",
+           "forget_digest", "job_records_directory", "program_entry", "program_identity", "records_directory"]
