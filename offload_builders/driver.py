@@ -268,6 +268,59 @@ _DEPENDENCY_VALUE_OPTIONS = ("-dependency-file", "-MT")
 _DEPENDENCY_OPTIONS = ("-sys-header-deps", "-module-file-deps", "-MP", "-MG", "-MV")
 
 
+#: A ``-cc1`` job's action flags: a dependency scan replaces the one a job has by ``-Eonly``.
+_CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
+
+
+def split_dependency_options(job: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A ``-cc1`` job's dependency-file options but the file's name (``-MT`` values and the bare flags), and its
+    words without any of them."""
+    options: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(job):
+        word = job[index]
+        if word in _DEPENDENCY_VALUE_OPTIONS and index + 1 < len(job):
+            if word != "-dependency-file":
+                options += [word, job[index + 1]]
+            index += 2
+            continue
+        (options if word in _DEPENDENCY_OPTIONS else rest).append(word)
+        index += 1
+    return options, rest
+
+
+def with_dependency_file(job: Sequence[str], depfile: str, target: str, *, system_headers: bool = False
+                         ) -> list[str]:
+    """A ``-cc1`` job that also writes the files it reads to ``depfile`` (``-MMD`` semantics; ``system_headers``:
+    ``-MD``'s)."""
+    return [*job[:2], "-dependency-file", depfile, "-MT", target, *(["-sys-header-deps"] if system_headers else []),
+            *job[2:]]
+
+
+def scan_reads(job: Sequence[str], scratch: str, *, system_headers: bool = False) -> list[str] | None:
+    """The files a ``-cc1`` job reads (the source, then the headers; ``system_headers``: those too), from the same
+    job preprocessing only (``-Eonly``, no ``-o``, its own dependency options replaced by a file in ``scratch``);
+    None where that cannot be had (its diagnostics are for the real compile to print)."""
+    from offload_builders.depfiles import read_make_dependencies
+
+    _, scan = split_dependency_options(job)
+    actions = [index for index, word in enumerate(scan) if word in _CC1_ACTIONS]
+    outputs = [index for index, word in enumerate(scan[:-1]) if word == "-o"]
+    if not is_cc1(scan) or len(actions) != 1 or len(outputs) != 1:
+        return None
+    scan[actions[0]] = "-Eonly"
+    del scan[outputs[0]:outputs[0] + 2]
+    depfile = os.path.join(scratch, "scan.d")
+    try:
+        done = subprocess.run(with_dependency_file(scan, depfile, "scan", system_headers=system_headers),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              check=False)
+        return read_make_dependencies(depfile) if done.returncode == 0 else None
+    except OSError:
+        return None
+
+
 def _from_probe(arg: str) -> bool:
     """Whether ``arg`` names a file of a probe: its scratch directory, or a driver temporary named after it."""
     return PROBE_STEM in arg or "offload-probe-" in arg

@@ -160,7 +160,7 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     _log(f"miss {command.source}: {'; '.join(log) or 'every job was a hit'}")
     listed = [*result.read, *(program_entry(program) for program in result.programs)]
     parts = files_part(listed, identity=True)
-    if parts is not None and result.read:
+    if parts is not None and result.read and result.read_listed:
         with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
             files = {"out": command.output}
             for name, data in (("stderr", result.stderr), ("deps", result.depfile_text)):

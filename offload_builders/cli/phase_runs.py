@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from offload_builders.cli._common import UsageError
 from offload_builders.cli.phase_options import PROG, PhaseOptions
 from offload_builders.depfiles import escape, read_make_dependencies
+from offload_builders.driver import scan_reads, with_dependency_file
 from offload_builders.source_identity import file_identity
 
 if TYPE_CHECKING:
@@ -34,11 +35,6 @@ def run_job(argv: Sequence[str]) -> None:
         raise UsageError(f"cannot run {argv[0]}: {error.strerror}") from None
     if done.returncode != 0:
         raise UsageError(f"{os.path.basename(argv[0])} failed (exit status {done.returncode})")
-
-
-def with_dependency_file(argv: Sequence[str], depfile: str, output: str) -> list[str]:
-    """A ``-cc1`` job that also writes the headers it reads to ``depfile`` (``-MMD`` semantics)."""
-    return [*argv[:2], "-dependency-file", depfile, "-MT", output, *argv[2:]]
 
 
 def write_depfile(opts: PhaseOptions, prerequisites: Sequence[str]) -> None:
@@ -123,8 +119,8 @@ def remove_file(path: str) -> None:
 # outside files by content), a hit is downloaded into the outputs' ``.partial`` names and committed as a local
 # run's outputs are (unchanged bytes keep the old file, for ``restat``), and the depfile (and the OpenMP host's
 # ``.identity``) is written as a local run writes it; a miss runs here, then uploads. A compile's headers are
-# known before it runs from a dependency scan (:func:`_scan`). The root of the key's paths is ``--source-root``,
-# else the working directory.
+# known before it runs from a dependency scan (:func:`~offload_builders.driver.scan_reads`). The root of the key's
+# paths is ``--source-root``, else the working directory.
 #
 # OpenMP's host front end and device compiles are keyed with the identity (device, inode) of every file they
 # read (:func:`~offload_builders.source_identity.file_identity`): their target-region names hold it, so such an
@@ -132,10 +128,6 @@ def remove_file(path: str) -> None:
 # cleaned or re-created build directory, a CI workspace that keeps its checkout), never with another checkout,
 # which is sound, as the SCons tool keys them. The phases that only read what these wrote (OpenMP's package and
 # embed) and every HIP and CUDA phase are keyed by content and share across checkouts.
-
-#: A ``-cc1`` job's action flags: a dependency scan replaces the one a job has by ``-Eonly``.
-_CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
-
 
 def _remote_steps() -> RemoteSteps | None:
     """The remote cache where ``$OFFLOAD_REMOTE`` names one."""
@@ -147,27 +139,6 @@ def _remote_steps() -> RemoteSteps | None:
 def _root(opts: PhaseOptions) -> str:
     """What the remote cache's paths are relative to: ``--source-root``, else the working directory."""
     return os.path.abspath(opts.source_root) if opts.source_root is not None else os.getcwd()
-
-
-def _scan(argv: Sequence[str], scratch: str) -> list[str] | None:
-    """The files a ``-cc1`` job will read (the source, then the headers: what its ``-dependency-file`` lists, so
-    not the system headers, which the toolchain in the key stands for), from the same job preprocessing only
-    (``-Eonly``, no ``-o``), before it runs; None where that cannot be had (its diagnostics are for the real
-    compile to print)."""
-    actions = [index for index, word in enumerate(argv) if word in _CC1_ACTIONS]
-    outputs = [index for index, word in enumerate(argv[:-1]) if word == "-o"]
-    if list(argv[1:2]) != ["-cc1"] or len(actions) != 1 or len(outputs) != 1:
-        return None
-    scan = list(argv)
-    scan[actions[0]] = "-Eonly"
-    del scan[outputs[0]:outputs[0] + 2]
-    depfile = os.path.join(scratch, "scan.d")
-    try:
-        done = subprocess.run(with_dependency_file(scan, depfile, "scan"), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        return read_make_dependencies(depfile) if done.returncode == 0 else None
-    except OSError:
-        return None
 
 
 @dataclass
@@ -192,7 +163,7 @@ def remote_lookup(opts: PhaseOptions, jobs: Sequence[Sequence[str]], outputs: Se
     scanned = None
     if scan is not None:
         assert scratch is not None
-        scanned = _scan(scan, scratch)
+        scanned = scan_reads(scan, scratch)
         if scanned is None:
             return None
     read = scanned or []

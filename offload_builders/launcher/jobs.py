@@ -16,8 +16,9 @@ A job's key (:mod:`offload_builders.launcher.keys`) holds its words with those n
 the digests of the earlier jobs' outputs it reads, and for the compiles of the source the files they read. Adding
 a target of the same triple leaves the host front end's words and every other target's device compile as they
 were: only the new device compile, the packager and the embedding back end run. Diagnostics are kept per job and
-printed in the driver's order, from the cache too; the first failing job ends the command with its exit status,
-as the driver stops there.
+printed in the driver's order, from the cache too. A failed job is handled as the driver handles it: the jobs that
+do not read its output still run (HIP: no further offloading job), and the first failure's exit status is the
+command's.
 """
 from __future__ import annotations
 
@@ -29,7 +30,14 @@ import sys
 import tempfile
 
 from offload_builders.depfiles import read_make_dependencies
-from offload_builders.driver import is_cc1, parse_driver_jobs, value_after
+from offload_builders.driver import (
+    is_cc1,
+    parse_driver_jobs,
+    scan_reads,
+    split_dependency_options,
+    value_after,
+    with_dependency_file,
+)
 from offload_builders.launcher.command import diagnostics_shown
 from offload_builders.launcher.keys import Key, file_digest, files_part, job_records_directory, program_identity
 from offload_builders.launcher.store import CacheStore, Entry
@@ -43,12 +51,6 @@ if TYPE_CHECKING:
 #: Lines of ``-###`` output that are the driver describing itself, not a diagnostic it would print when compiling.
 _DRIVER_BANNER = ("Target: ", "Thread model: ", "InstalledDir: ", "Configuration file: ", "Build config: ",
                   "System configuration file directory: ", "User configuration file directory: ")
-#: A ``-cc1`` job's dependency-file options (with their values) and flags.
-_DEPENDENCY_VALUES = ("-dependency-file", "-MT")
-_DEPENDENCY_FLAGS = ("-sys-header-deps", "-MP", "-MG", "-MV", "-module-file-deps")
-#: A ``-cc1`` job's action flags: a scan replaces it by ``-Eonly``.
-_CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
-
 
 #: The options by which the driver's jobs name their output (``-o``; ``ptxas``: ``--output-file``), and those that
 #: hold it in the same word (``clang-offload-bundler``: ``-output=``).
@@ -104,10 +106,7 @@ def driver_jobs(command: Command, store: CacheStore | None, base: Key) -> Driver
         lines = lines[1:]
     said = "".join(line for line in lines if not line.startswith(_DRIVER_BANNER))
     if cached and store is not None and jobs:
-        with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
-            record_path = os.path.join(scratch, "empty")
-            open(record_path, "wb").close()
-            store.store(key, {"none": record_path}, json.dumps({"jobs": jobs, "said": said}).encode())
+        store.store(key, {}, json.dumps({"jobs": jobs, "said": said}).encode())
     return DriverJobs(jobs, said)
 
 
@@ -134,9 +133,11 @@ class Result:
     """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics,
     and the exit status of the first job that failed (0: none)."""
 
-    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour", "programs")
+    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour", "programs", "read_listed")
 
     def __init__(self) -> None:
+        #: Whether ``read`` lists every file of every compile (else the command as a whole is not stored).
+        self.read_listed = True
         self.colour = "auto"
         #: The programs the jobs run besides the compiler (its identity is in the command's key).
         self.programs: list[str] = []
@@ -151,13 +152,16 @@ class _Outcome:
     """One job's part of the run, applied in the driver's order: its diagnostics, the files it read, its
     dependency file, and its exit status where it failed (then the jobs after it do not count)."""
 
-    __slots__ = ("stderr", "read", "depfile_text", "status")
+    __slots__ = ("stderr", "read", "depfile_text", "status", "unlisted")
 
-    def __init__(self, stderr: bytes, read: list[str], depfile_text: bytes | None = None, status: int = 0) -> None:
+    def __init__(self, stderr: bytes, read: list[str], depfile_text: bytes | None = None, status: int = 0, *,
+                 unlisted: bool = False) -> None:
         self.stderr = stderr
         self.read = read
         self.depfile_text = depfile_text
         self.status = status
+        #: It ran, but which files it read could not be had (so the command as a whole is not stored).
+        self.unlisted = unlisted
 
 
 #: A job the driver would not run: one whose input's job failed.
@@ -261,6 +265,8 @@ def _apply(job: _Job, outcome: _Outcome, result: Result) -> None:
         if not result.status and outcome is not _SKIPPED:
             result.status = outcome.status if outcome.status > 0 else 1
         return
+    if outcome.unlisted:
+        result.read_listed = False
     for path in outcome.read:
         if path not in result.read:
             result.read.append(path)
@@ -292,18 +298,17 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
              entries: dict[int, Entry], store: CacheStore | None, cwd: str, records: bool, scratch: str,
              log: list[str], colour: str) -> _Outcome:
     """One job from the cache, or run here and stored; its outcome for :func:`_apply`."""
-    earlier = [other for other in jobs[:job.index] if other.output]
-    reads = [other for other in earlier if any(other.output and other.output in word for word in job.words)]
+    reads = [jobs[index] for index in sorted(_inputs_of(job, jobs))]
     # An earlier output is named by its content, not by its job's place in the list, which adding a target shifts.
     placeholders = {other.output: f"@{digests[other.index]}@" for other in reads}
-    to_scratch = {other.output: names[other.index] for other in earlier if other.output}
+    to_scratch = {other.output: names[other.index] for other in reads}
     run_words = [_replaced(word, to_scratch) for word in job.words]
     key_words = [_replaced(word, placeholders) for word in job.words]
     run_words[job.output_at] = job.output_prefix + names[job.index]
     if colour == "auto" and is_cc1(run_words) and "-fcolor-diagnostics" not in run_words:
         run_words.insert(2, "-fcolor-diagnostics")  # kept coloured; shown as the terminal (or not) asks
     key_words[job.output_at] = job.output_prefix + "@output@"
-    dependency_values, key_words = _dependency_options(key_words)
+    dependency_values, key_words = split_dependency_options(key_words)
     if dependency_values:  # where they were does not matter; what they are does
         key_words.append(f"deps {' '.join(dependency_values)}")
     if not records:
@@ -340,10 +345,12 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     read: list[str] = []
     text: bytes | None = None
     if job.reads_source:
-        read = _files_read(argv, depfile, dependency_values, scratch)
+        listed = _files_read(argv, depfile, dependency_values, scratch)
+        if listed is None:  # which files it read is unknown: nothing of this command can be keyed by them
+            return _Outcome(done.stderr, [], _read_file(depfile) if job.depfile is not None else None, unlisted=True)
+        read = listed
         if job.depfile is not None:
-            with open(depfile, "rb") as f:
-                text = f.read()
+            text = _read_file(depfile)
             meta["depfile"] = text.decode(errors="surrogateescape")
         meta["read"] = read
     digest = file_digest(output)
@@ -371,33 +378,6 @@ def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | 
         if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
             return entry
     return None
-
-
-def _without_value(words: list[str], flag: str) -> None:
-    while flag in words[:-1]:
-        index = words.index(flag)
-        del words[index:index + 2]
-
-
-def _dependency_options(words: list[str]) -> tuple[list[str], list[str]]:
-    """A job's dependency-file options (``-MT`` values and flags; the file's name is the launcher's) and its
-    words without them."""
-    options: list[str] = []
-    rest: list[str] = []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word in _DEPENDENCY_VALUES and index + 1 < len(words):
-            if word != "-dependency-file":
-                options += [word, words[index + 1]]
-            index += 2
-            continue
-        if word in _DEPENDENCY_FLAGS:
-            options.append(word)
-        else:
-            rest.append(word)
-        index += 1
-    return options, rest
 
 
 #: How an OpenMP host job names the offload triples (Clang 19: ``-fopenmp-targets=``; Clang 22: ``--offload-targets=``).
@@ -435,33 +415,25 @@ def _with_output(words: list[str], output: str, depfile: str, dependency: list[s
     """The job's words as run here (its output already in the scratch directory), with its dependency file there
     too (a compile of the source writes one with system headers where it wrote none: the files it reads are its
     key)."""
-    argv = list(words)
     if not reads_source:
-        return argv
-    _, cleaned = _dependency_options(argv)
+        return list(words)
+    _, cleaned = split_dependency_options(words)
     if dependency:
         return [*cleaned[:2], "-dependency-file", depfile, *dependency, *cleaned[2:]]
-    return [*cleaned[:2], "-dependency-file", depfile, "-MT", "x", "-sys-header-deps", *cleaned[2:]]
+    return with_dependency_file(cleaned, depfile, "x", system_headers=True)
 
 
-def _files_read(argv: Sequence[str], depfile: str, dependency: list[str], scratch: str) -> list[str]:
+def _files_read(argv: Sequence[str], depfile: str, dependency: list[str], scratch: str) -> list[str] | None:
     """Every file a compile of the source read: its dependency file where it lists system headers, else those of a
-    preprocessing-only scan of the same job (``-MMD``)."""
+    preprocessing-only scan of the same job (``-MMD``); None where that scan fails."""
     if not dependency or "-sys-header-deps" in dependency:
         return read_make_dependencies(depfile)
-    scan = list(argv)
-    actions = [index for index, word in enumerate(scan) if word in _CC1_ACTIONS]
-    for index in actions:
-        scan[index] = "-Eonly"
-    _without_value(scan, "-o")
-    _, cleaned = _dependency_options(scan)
-    all_files = os.path.join(scratch, "scan.d")
-    done = subprocess.run([*cleaned[:2], "-dependency-file", all_files, "-MT", "x", "-sys-header-deps",
-                           *cleaned[2:]], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, check=False)
-    if done.returncode != 0:
-        return read_make_dependencies(depfile)
-    return read_make_dependencies(all_files)
+    return scan_reads(argv, scratch, system_headers=True)
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _print(data: bytes, colour: str) -> None:
