@@ -23,7 +23,7 @@ import sys
 
 from offload_builders.cli._common import UsageError, run_guarded
 from offload_builders.launcher.command import Command, diagnostics_shown, read_command
-from offload_builders.launcher.keys import Key, command_key, files_part, program_entry
+from offload_builders.launcher.keys import Key, command_key, lookup_by_files, program_entry, store_by_files
 from offload_builders.launcher.store import CacheStore, parse_size
 
 TYPE_CHECKING = False
@@ -88,26 +88,20 @@ def _replayed(command: Command, store: CacheStore, base: Key) -> bool:
     if _set("OFFLOAD_CACHE_RECACHE"):
         return False
     assert command.output is not None
-    key = base.hex()
-    for files in store.file_lists(key):
-        parts = files_part(files, identity=True)
-        if parts is None:
-            continue
-        entry = store.lookup(Key("result", key, *parts).hex())
-        if entry is None:
-            continue
-        with entry:
-            entry.copy_to("out", command.output)
-            depfile = os.fsdecode(entry.meta)  # the dependency file's name, where the command writes one
-            if depfile:
-                _write_atomically(depfile, entry.read("deps"))
-            stderr = entry.read("stderr") if "stderr" in entry.names else b""
-        stderr = diagnostics_shown(stderr, command.colour, sys.stderr.isatty())
-        if stderr:
-            sys.stderr.buffer.write(stderr)
-            sys.stderr.buffer.flush()
-        return True
-    return False
+    entry = lookup_by_files(store, base.hex())
+    if entry is None:
+        return False
+    with entry:
+        entry.copy_to("out", command.output)
+        depfile = os.fsdecode(entry.meta)  # the dependency file's name, where the command writes one
+        if depfile:
+            _write_atomically(depfile, entry.read("deps"))
+        stderr = entry.read("stderr") if "stderr" in entry.names else b""
+    stderr = diagnostics_shown(stderr, command.colour, sys.stderr.isatty())
+    if stderr:
+        sys.stderr.buffer.write(stderr)
+        sys.stderr.buffer.flush()
+    return True
 
 
 def launch(argv: Sequence[str]) -> int:
@@ -158,9 +152,7 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
         _write_atomically(result.depfile, result.depfile_text)
     store.count("misses")
     _log(f"miss {command.source}: {'; '.join(log) or 'every job was a hit'}")
-    listed = [*result.read, *(program_entry(program) for program in result.programs)]
-    parts = files_part(listed, identity=True)
-    if parts is not None and result.read and result.read_listed:
+    if result.read and result.read_listed:
         with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
             files = {"out": command.output}
             for name, data in (("stderr", result.stderr), ("deps", result.depfile_text)):
@@ -168,9 +160,8 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
                     files[name] = os.path.join(scratch, name)
                     with open(files[name], "wb") as f:
                         f.write(data)
-            key = base.hex()
-            store.add_file_list(key, listed)
-            store.store(Key("result", key, *parts).hex(), files, os.fsencode(result.depfile or ""))
+            listed = [*result.read, *(program_entry(program) for program in result.programs)]
+            store_by_files(store, base.hex(), listed, files, os.fsencode(result.depfile or ""))
     return 0
 
 

@@ -39,7 +39,14 @@ from offload_builders.driver import (
     with_dependency_file,
 )
 from offload_builders.launcher.command import diagnostics_shown
-from offload_builders.launcher.keys import Key, file_digest, files_part, job_records_directory, program_identity
+from offload_builders.launcher.keys import (
+    Key,
+    file_digest,
+    job_records_directory,
+    lookup_by_files,
+    program_identity,
+    store_by_files,
+)
 from offload_builders.launcher.store import CacheStore, Entry
 
 TYPE_CHECKING = False
@@ -359,10 +366,7 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     if store is not None:
         encoded = json.dumps(meta).encode()
         if job.reads_source:
-            parts = files_part(read, identity=True)
-            if parts is not None:
-                store.add_file_list(base, read)
-                store.store(Key("result", base, *parts).hex(), {"out": output}, encoded)
+            store_by_files(store, base, read, {"out": output}, encoded)
         else:
             store.store(base, {"out": output}, encoded)
     return _Outcome(done.stderr, [*read, *libraries], text)
@@ -371,13 +375,7 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
 def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | None:
     if store is None or os.environ.get("OFFLOAD_CACHE_RECACHE", "") not in ("", "0"):
         return None
-    if not reads_source:
-        return store.lookup(base)
-    for files in store.file_lists(base):
-        parts = files_part(files, identity=True)
-        if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
-            return entry
-    return None
+    return lookup_by_files(store, base) if reads_source else store.lookup(base)
 
 
 #: How an OpenMP host job names the offload triples (Clang 19: ``-fopenmp-targets=``; Clang 22: ``--offload-targets=``).

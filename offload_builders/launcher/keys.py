@@ -31,6 +31,8 @@ TYPE_CHECKING = False  # typing costs every compile's start-up: for type checker
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
+    from offload_builders.launcher.store import CacheStore, Entry
+
 #: Bumped whenever what a key holds or what an entry stores changes: every entry of an older launcher then misses.
 SCHEME = "offload-cache 1"
 #: The environment variables Clang's driver reads that can change a compile's jobs or outputs.
@@ -195,5 +197,25 @@ def files_part(paths: Iterable[str], identity: bool) -> list[str] | None:
     return parts
 
 
+def lookup_by_files(store: CacheStore, base: str) -> Entry | None:
+    """The entry behind ``base`` (a key's first part): that of the first of its file lists, the most recent first,
+    whose files, hashed as they are now, name a stored entry (ccache's direct mode). None: a miss."""
+    for files in store.file_lists(base):
+        parts = files_part(files, identity=True)
+        if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
+            return entry
+    return None
+
+
+def store_by_files(store: CacheStore, base: str, read: Sequence[str], files: Mapping[str, str], meta: bytes) -> None:
+    """Store ``files`` and ``meta`` as the entry behind ``base`` for the files a run read (``read``, hashed now),
+    and record that list among ``base``'s, so that :func:`lookup_by_files` finds it."""
+    parts = files_part(read, identity=True)
+    if parts is not None:
+        store.add_file_list(base, read)
+        store.store(Key("result", base, *parts).hex(), files, meta)
+
+
 __all__ = ["ENVIRONMENT", "PROGRAM", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest", "files_part",
-           "forget_digest", "job_records_directory", "program_entry", "program_identity", "records_directory"]
+           "forget_digest", "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
+           "records_directory", "store_by_files"]
