@@ -39,27 +39,22 @@ _NOT_A_COMPILE_PREFIXES = ("-save-temps=", "-print-", "--print-", "-fprofile-gen
                            "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl")
 #: The options that ask the driver for offload targets.
 _TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=", "--offload-targets=", "--cuda-gpu-arch=")
-#: Dependency-file options: the driver writes the depfile in its jobs; the launcher writes it itself.
-DEPENDENCY_FLAGS = frozenset({"-MD", "-MMD", "-MP", "-MG", "-MV"})
 #: The most response files one command may nest (as Clang's own limit, roughly).
 _MAX_RESPONSE_FILES = 32
 
 
 class Command:
     """One compiler command as the launcher sees it: the compiler, its arguments (response files read), and, where
-    it splits it, the source, the object and the dependency-file request."""
+    it splits it, the source and the object."""
 
-    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "depfile", "reason", "response_files", "hip",
-                 "colour")
+    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "reason", "hip", "colour")
 
     def __init__(self, compiler: str, arguments: Sequence[str]) -> None:
         self.compiler = compiler
         self.arguments = tuple(arguments)
-        self.response_files: list[str] = []
         self.expanded: tuple[str, ...] = ()
         self.source: str | None = None
         self.output: str | None = None
-        self.depfile: str | None = None
         #: Why the launcher runs this command unchanged (None: it splits it).
         self.reason: str | None = None
         #: A HIP compile (else OpenMP): after a failed job the driver runs no further offloading job.
@@ -85,7 +80,7 @@ def read_command(argv: Sequence[str], cwd: str | None = None) -> Command:
         command.reason = f"{os.path.basename(argv[0])} launches the compiler: the command goes to it as it is"
         return command
     try:
-        command.expanded = tuple(_expanded(argv[1:], cwd or os.getcwd(), command.response_files))
+        command.expanded = tuple(_expanded(argv[1:], cwd or os.getcwd()))
     except (OSError, ValueError) as error:
         command.reason = f"cannot read a response file: {error}"
         return command
@@ -122,7 +117,7 @@ def diagnostics_shown(data: bytes, colour: str, terminal: bool) -> bytes:
     return bytes(out)
 
 
-def _expanded(arguments: Sequence[str], cwd: str, read: list[str], depth: int = 0) -> list[str]:
+def _expanded(arguments: Sequence[str], cwd: str, depth: int = 0) -> list[str]:
     words: list[str] = []
     for word in arguments:
         if word.startswith("@") and len(word) > 1:
@@ -133,8 +128,7 @@ def _expanded(arguments: Sequence[str], cwd: str, read: list[str], depth: int = 
             path = os.path.join(cwd, word[1:])
             with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 text = f.read()
-            read.append(path)
-            words += _expanded(shlex.split(text, comments=False, posix=True), cwd, read, depth + 1)
+            words += _expanded(shlex.split(text, comments=False, posix=True), cwd, depth + 1)
         else:
             words.append(word)
     return words
@@ -165,10 +159,6 @@ def _why_not(command: Command) -> str | None:
             command.output = words[index + 1] if index + 1 < len(words) else None
         elif word.startswith("-o") and len(word) > 2:
             command.output = word[2:]
-        elif word == "-MF":
-            command.depfile = words[index + 1] if index + 1 < len(words) else None
-        elif word.startswith("-MF") and len(word) > 3:
-            command.depfile = word[3:]
         elif word == "-x":
             language = words[index + 1] if index + 1 < len(words) else None
         elif word.startswith("-x") and len(word) > 2:

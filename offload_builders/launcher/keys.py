@@ -92,14 +92,10 @@ def file_digest(path: str) -> str | None:
     return digest
 
 
-def forget_digest(path: str) -> None:
-    """Drop the memoized digest of ``path`` (the launcher wrote it)."""
-    _FILE_DIGESTS.pop(path, None)
-
-
-def program_identity(program: str) -> str:
-    """The real file behind ``program`` (found on ``PATH`` where it names no directory): path, size, mtime."""
-    found = program if os.sep in program else _on_path(program)
+def program_identity(program: str, found: str | None = None) -> str:
+    """The real file behind ``program`` (``found``, else found on ``PATH`` where it names no directory): path, size,
+    mtime."""
+    found = found or _located(program)
     if found is None:
         return f"{program} not found"
     real = os.path.realpath(found)
@@ -108,6 +104,10 @@ def program_identity(program: str) -> str:
     except OSError:
         return f"{real} missing"
     return f"{real} {status.st_size} {status.st_mtime_ns}"
+
+
+def _located(program: str) -> str | None:
+    return program if os.sep in program else _on_path(program)
 
 
 def _on_path(name: str) -> str | None:
@@ -126,8 +126,8 @@ GCC_DIRECTORIES = ("/usr/lib/gcc/x86_64-linux-gnu", "/usr/lib/gcc/x86_64-pc-linu
 def compiler_parts(compiler: str, environ: Mapping[str, str]) -> list[str]:
     """What a compile's outputs depend on besides its words and files: the compiler's identity, the
     configuration files Clang may read, and the driver's environment variables."""
-    parts = [program_identity(compiler)]
-    found = compiler if os.sep in compiler else _on_path(compiler)
+    found = _located(compiler)
+    parts = [program_identity(compiler, found)]
     directories = list(CONFIG_DIRECTORIES)
     if found is not None:
         directories += [os.path.dirname(os.path.abspath(found)), os.path.dirname(os.path.realpath(found))]
@@ -217,5 +217,5 @@ def store_by_files(store: CacheStore, base: str, read: Sequence[str], files: Map
 
 
 __all__ = ["ENVIRONMENT", "PROGRAM", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest", "files_part",
-           "forget_digest", "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
+           "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
            "records_directory", "store_by_files"]
