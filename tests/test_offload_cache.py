@@ -198,6 +198,66 @@ def test_hip_sources_with_a_pinned_cuid_are_split_so_a_target_is_added_alone(tre
     assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
 
 
+CUDA_SOURCE = """\
+#include "cuda_min.h"
+__global__ void cuda_scale(float *x, float a) { x[0] *= a; }
+void launch(float *x) { cuda_scale<<<1, 1>>>(x, 2.0f); }
+"""
+
+
+def test_cuda_sources_with_a_pinned_cuid_are_split_and_the_arch_list_reruns_each_device_compile(
+        tree, repo_root, llvm22, cuda):
+    """CUDA (Clang 22; Clang 19 cannot drive CUDA 13's fatbinary): device compile and ptxas per target, fatbinary
+    (``--create``), host compile, split where the command pins the CUID. Clang 22 puts every target in
+    ``__CUDA_ARCH_LIST__`` on each device compile, so adding a target compiles the old ones again; their PTX is the
+    same, so their ptxas jobs are hits. A second build tree runs nothing."""
+    clangxx = str(llvm22("clang++"))
+    shutil.copy(repo_root / "sample_project" / "cuda" / "include" / "cuda_min.h", tree / "src")
+    (tree / "src" / "scale.cu").write_text(CUDA_SOURCE)
+
+    cuda_path = Path(cuda("ptxas")).parent.parent
+
+    def flags(archs: str, *cuid: str) -> list[str]:
+        return [f"--offload-arch={archs}", "-nocudalib", "-nocudainc", f"--cuda-path={cuda_path}", "-O2", *cuid,
+                "-MD", "-MF", "scale.d", "-c", "src/scale.cu", "-o", "scale.o"]
+
+    def both(cwd: Path, words: list[str]) -> None:
+        driver = run([clangxx, *words], cwd)
+        assert driver.returncode == 0, driver.stderr
+        expected = ((cwd / "scale.o").read_bytes(), (cwd / "scale.d").read_bytes())
+        ours = run([*LAUNCHER, clangxx, *words], cwd)
+        assert ours.returncode == 0 and ours.stderr == driver.stderr, ours.stderr
+        assert ((cwd / "scale.o").read_bytes(), (cwd / "scale.d").read_bytes()) == expected
+
+    both(tree, flags("sm_80", "-cuid=5eed"))
+    processes = traced(tree, [*LAUNCHER, clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], tree, "cuda-add")
+    device = [p.option("-target-cpu") for p in processes if "-fcuda-is-device" in p.argv]
+    assembled = [p.option("--gpu-name") for p in processes if p.program == "ptxas"]
+    assert sorted(device) == ["sm_80", "sm_90"] and assembled == ["sm_90"]
+    assert len([p for p in processes if p.program == "fatbinary"]) == 1
+    ours = (tree / "scale.o").read_bytes()
+    assert run([clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], tree).returncode == 0
+    assert (tree / "scale.o").read_bytes() == ours
+    # A second build tree of the checkout: every job a hit, no compiler started.
+    second = tree / "second"
+    second.mkdir()
+    (second / "src").symlink_to(tree / "src")
+    processes = traced(tree, [*LAUNCHER, clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], second, "cuda-second")
+    assert not [p for p in processes if p.program in ("clang", "clang-22", "ptxas", "fatbinary")]
+    assert (second / "scale.o").read_bytes() == ours
+    # Without -cuid= the driver's CUID hashes its whole command line: the command runs unchanged.
+    before = stats(tree)["pass-through"]
+    both(tree, flags("sm_80"))
+    assert int(stats(tree)["pass-through"]) == int(before) + 1
+    # After a failed CUDA job the driver runs no other offloading job: one error, as its.
+    source = tree / "src" / "scale.cu"
+    source.write_text("#ifdef __CUDA_ARCH__\n#error no\n#endif\n" + CUDA_SOURCE)
+    failed = run([clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], tree)
+    assert failed.returncode != 0 and failed.stderr.count("error: no") == 1
+    ours_failed = run([*LAUNCHER, clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], tree)
+    assert (ours_failed.returncode, ours_failed.stderr) == (failed.returncode, failed.stderr)
+
+
 @pytest.mark.parametrize("clang", ["19", "22"])
 def test_a_target_of_a_new_triple_reuses_the_old_device_compiles(tree, clang, llvm22):
     """Adding a target of a new triple: the host front end's words change (its triples, and the new triple's

@@ -1,9 +1,10 @@
 """What a compiler command line asks for, as far as ``offload-cache`` must know: whether it splits it, and why not.
 
 The launcher splits one kind of command: a compile (``-c``) of one source to one object file with offload targets,
-OpenMP (``-fopenmp``) or HIP (``-x hip`` or a ``.hip`` source). Everything else (no offloading, compile and link in
-one command, several sources, preprocessing, ``-o -``, ``-###``, ``--version``, CUDA, a command it cannot read) runs
-the compiler unchanged: the launcher never guesses.
+OpenMP (``-fopenmp``), or HIP or CUDA (``-x hip``/``-x cuda``, a ``.hip``/``.cu`` source) with a pinned ``-cuid=``.
+Everything else (no offloading, compile and link in one command, several sources, preprocessing, ``-o -``, ``-###``,
+``--version``, HIP or CUDA without ``-cuid=``, a command it cannot read) runs the compiler unchanged: the launcher
+never guesses.
 
 Response files (``@file``) are read here only to decide (GNU quoting, as Clang reads them on Linux); the driver
 is given the command as it was written.
@@ -47,7 +48,7 @@ class Command:
     """One compiler command as the launcher sees it: the compiler, its arguments (response files read), and, where
     it splits it, the source and the object."""
 
-    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "reason", "hip", "colour")
+    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "reason", "gpu", "colour")
 
     def __init__(self, compiler: str, arguments: Sequence[str]) -> None:
         self.compiler = compiler
@@ -57,8 +58,8 @@ class Command:
         self.output: str | None = None
         #: Why the launcher runs this command unchanged (None: it splits it).
         self.reason: str | None = None
-        #: A HIP compile (else OpenMP): after a failed job the driver runs no further offloading job.
-        self.hip = False
+        #: A HIP or CUDA compile (else OpenMP): after a failed job the driver runs no further offloading job.
+        self.gpu = False
         #: Coloured diagnostics: "always" or "never" as the command asks, else "auto" (the driver's choice: where
         #: its standard error is a terminal). See :func:`diagnostics_shown`.
         self.colour = "auto"
@@ -174,20 +175,28 @@ def _why_not(command: Command) -> str | None:
         return f"{len(inputs)} inputs: the launcher splits a compile of one source"
     if inputs[0] == "-":
         return "the source is read from standard input"
-    hip = language == "hip" or (language is None and inputs[0].endswith(".hip"))
-    if not targets or not (openmp or hip):
-        return "no offloading (-fopenmp, or a HIP source, with --offload-arch= or -fopenmp-targets=)"
-    if hip and not any(word.startswith("-cuid=") or word == "-fuse-cuid=none" for word in words):
-        return ("HIP without -cuid=: the driver's default CUID hashes the whole command, -### included, so no"
+    gpu = _gpu_language(language, inputs[0])
+    if not targets or not (openmp or gpu):
+        return ("no offloading (-fopenmp, or a HIP or CUDA source, with --offload-arch=, --cuda-gpu-arch= or"
+                " -fopenmp-targets=)")
+    if gpu and not any(word.startswith("-cuid=") or word == "-fuse-cuid=none" for word in words):
+        return (f"{gpu} without -cuid=: the driver's default CUID hashes the whole command, -### included, so no"
                 " split run gives its objects; pass -cuid=<id> (one per source) to cache it per target")
-    if not hip and language is None and not inputs[0].endswith(SOURCE_SUFFIXES):
-        return f"'{inputs[0]}' is not a C, C++ or HIP source"
-    if not hip and language is not None and language not in ("c", "c++"):
-        return f"-x {language}: the launcher splits C, C++ and HIP sources"
+    if not gpu and language is None and not inputs[0].endswith(SOURCE_SUFFIXES):
+        return f"'{inputs[0]}' is not a C, C++, HIP or CUDA source"
+    if not gpu and language is not None and language not in ("c", "c++"):
+        return f"-x {language}: the launcher splits C, C++, HIP and CUDA sources"
     if command.output == "-":
         return "-o -: the object goes to standard output"
     if command.output is None:
         command.output = os.path.splitext(os.path.basename(inputs[0]))[0] + ".o"
     command.source = inputs[0]
-    command.hip = hip
+    command.gpu = gpu is not None
     return None
+
+
+def _gpu_language(language: str | None, source: str) -> str | None:
+    """"HIP" or "CUDA" where the source is compiled as one (``-x``, else its suffix, as the driver decides)."""
+    if language is None:
+        language = {".hip": "hip", ".cu": "cuda"}.get(os.path.splitext(source)[1])
+    return {"hip": "HIP", "cuda": "CUDA"}.get(language or "")

@@ -17,7 +17,7 @@ the digests of the earlier jobs' outputs it reads, and for the compiles of the s
 a target of the same triple leaves the host front end's words and every other target's device compile as they
 were: only the new device compile, the packager and the embedding back end run. Diagnostics are kept per job and
 printed in the driver's order, from the cache too. A failed job is handled as the driver handles it: the jobs that
-do not read its output still run (HIP: no further offloading job), and the first failure's exit status is the
+do not read its output still run (HIP and CUDA: no further offloading job), and the first failure's exit status is the
 command's.
 """
 from __future__ import annotations
@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 _DRIVER_BANNER = ("Target: ", "Thread model: ", "InstalledDir: ", "Configuration file: ", "Build config: ",
                   "System configuration file directory: ", "User configuration file directory: ")
 
-#: The options by which the driver's jobs name their output (``-o``; ``ptxas``: ``--output-file``), and those that
-#: hold it in the same word (``clang-offload-bundler``: ``-output=``).
-_OUTPUT_OPTIONS = ("-o", "--output-file")
+#: The options by which the driver's jobs name their output (``-o``; ``ptxas``: ``--output-file``; CUDA's
+#: ``fatbinary``: ``--create``), and those that hold it in the same word (``clang-offload-bundler``: ``-output=``).
+_OUTPUT_OPTIONS = ("-o", "--output-file", "--create")
 _OUTPUT_PREFIXES = ("-output=",)
 
 
@@ -208,11 +208,11 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
             return _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log, command.colour)
 
         try:
-            workers = 1 if command.hip else parallel_jobs()
+            workers = 1 if command.gpu else parallel_jobs()
             if workers == 1:
                 failed: set[int] = set()
                 for job in jobs:
-                    skip = (command.hip and bool(failed)) or bool(_inputs_of(job, jobs) & failed)
+                    skip = (command.gpu and bool(failed)) or bool(_inputs_of(job, jobs) & failed)
                     outcome = _SKIPPED if skip else one(job)
                     if outcome.status:
                         failed.add(job.index)
