@@ -572,6 +572,70 @@ def test_an_unchanged_cmake_project_through_the_launcher(tree):
     assert objects("cached") == objects("plain")
 
 
+CMAKE_PROGRAM = """\
+cmake_minimum_required(VERSION 3.21)
+project(linked CXX)
+add_executable(prog src/kernel.cpp src/main.cpp)
+set(offload -fopenmp --offload-arch=${ARCHS} ${DEVICE_LIBRARIES})
+target_compile_options(prog PRIVATE ${offload})
+target_link_options(prog PRIVATE ${offload})
+"""
+
+
+def test_links_through_cmakes_linker_launcher_link_only_the_added_targets_image(tree):
+    """``CMAKE_CXX_LINKER_LAUNCHER``: the link runs with ``offload-link`` in the driver's linker wrapper's place,
+    which keeps each target's image, so adding a target links that image alone; the program holds every target's
+    image and runs. A link without offloading, or one ``offload-link`` would refuse, runs unchanged."""
+    from offload_builders.targets import parse_offload_archs
+
+    cmake, ninja = which_or_fail("cmake"), which_or_fail("ninja")
+    (tree / "CMakeLists.txt").write_text(CMAKE_PROGRAM)
+    launcher = tree / "bin" / "offload-cache"
+    launcher.parent.mkdir()
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
+    launcher.chmod(0o755)
+    libraries = ";".join(driver_library_flags(parse_offload_archs("gfx90a,gfx1030"), ["-O2"]))
+
+    def configure(archs: str) -> None:
+        done = run([cmake, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DCMAKE_CXX_COMPILER={CLANGXX}",
+                    f"-DARCHS={archs}", f"-DDEVICE_LIBRARIES={libraries}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}",
+                    f"-DCMAKE_CXX_LINKER_LAUNCHER={launcher}", "-S", str(tree), "-B", str(tree / "build")], tree)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def images(*devices: str) -> bool:
+        return run([sys.executable, "-m", "offload_builders.cli.select", *(f"--device={d}" for d in devices),
+                    str(tree / "build" / "prog")], tree).returncode == 0
+
+    configure("gfx90a")
+    processes = traced(tree, [cmake, "--build", str(tree / "build")], tree, "link-first")
+    assert [p for p in processes if p.program == "clang-linker-wrapper"]  # the shim, not the driver's
+    assert not [p for p in processes if p.argv[0].startswith(str(LLVM19_BIN / "clang-linker-wrapper"))]
+    assert images("gfx90a") and not images("gfx1030")
+    configure("gfx90a,gfx1030")
+    processes = traced(tree, [cmake, "--build", str(tree / "build")], tree, "link-add")
+    linked = [a.removeprefix("-plugin-opt=mcpu=") for p in processes if p.kind == "device link: ld.lld"
+              for a in p.argv if a.startswith("-plugin-opt=mcpu=")]
+    assert linked == ["gfx1030"]  # gfx90a's image is the one kept from the last link
+    assert images("gfx90a") and images("gfx1030")
+    ran = run([str(tree / "build" / "prog")], tree, env={**os.environ, "OMP_TARGET_OFFLOAD": "DISABLED",
+                                                         "LD_LIBRARY_PATH": str(LLVM19_BIN.parent / "lib")})
+    assert (ran.returncode, ran.stdout) == (0, "90\n"), ran.stderr
+    log = (tree / "cache.log").read_text()
+    assert log.count("link through offload-link") == 2
+    # A link the driver runs no wrapper for, and one with a wrapper option offload-link refuses: unchanged.
+    assert run([*LAUNCHER, CLANGXX, "-fopenmp", "build/CMakeFiles/prog.dir/src/main.cpp.o",
+                "build/CMakeFiles/prog.dir/src/kernel.cpp.o", "-o", "host-only"], tree).returncode != 0
+    assert "link runs unchanged: the driver runs no linker wrapper" in (tree / "cache.log").read_text()
+    objects = ["build/CMakeFiles/prog.dir/src/kernel.cpp.o", "build/CMakeFiles/prog.dir/src/main.cpp.o"]
+    refused = [CLANGXX, "-fopenmp", "--offload-arch=gfx90a", *libraries.split(";"), "-mllvm",
+               "-inline-threshold=100", *objects]  # the driver hands -mllvm to its wrapper, which offload-link refuses
+    driver = run([*refused, "-o", "driver-prog"], tree)
+    ours = run([*LAUNCHER, *refused, "-o", "our-prog"], tree)
+    assert driver.returncode == 0 and (ours.returncode, ours.stderr) == (driver.returncode, driver.stderr)
+    assert (tree / "our-prog").read_bytes() == (tree / "driver-prog").read_bytes()
+    assert "link runs unchanged: -mllvm is a clang-linker-wrapper option" in (tree / "cache.log").read_text()
+
+
 def test_an_unchanged_makefile_through_the_launcher(tree):
     make = which_or_fail("make")
     (tree / "Makefile").write_text(

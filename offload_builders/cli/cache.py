@@ -11,8 +11,11 @@ source) is looked up as a whole first: the command's key (:func:`~offload_builde
 and the files its last runs read, hashed as they are now (ccache's direct mode), name the object, the dependency
 file and the diagnostics to replay; such a hit imports little and runs no compiler. Otherwise the driver's jobs
 (``-###``) run one by one, each kept in the cache under its own key (:mod:`offload_builders.launcher.jobs`), so
-adding a target runs that target's device compile, the packager and the embedding back end only. Every other
-command runs the compiler unchanged (:mod:`offload_builders.launcher.command` says which).
+adding a target runs that target's device compile, the packager and the embedding back end only. A link with
+offloading (as CMake's ``CMAKE_<LANG>_LINKER_LAUNCHER``) runs with ``offload-link`` in the place of the driver's
+``clang-linker-wrapper`` (``-B``, :mod:`offload_builders.cli.link_shim`), which keeps each target's device image:
+adding a target links that target's image alone. Every other command runs the compiler unchanged
+(:mod:`offload_builders.launcher.command` says which).
 
 The object equals the driver's for the same command, byte for byte: the launcher adds nothing to the command.
 """
@@ -110,6 +113,8 @@ def launch(argv: Sequence[str]) -> int:
     if _set("OFFLOAD_CACHE_DISABLE"):
         return _run_unchanged(argv)
     command = read_command(argv)
+    if command.link:
+        return _link(command)
     store = CacheStore.open() if command.splits else None
     if store is None:
         if command.reason is not None:
@@ -124,6 +129,37 @@ def launch(argv: Sequence[str]) -> int:
         store.count("hits")
         return 0
     return _compile(command, store, base, cwd)
+
+
+def _link(command: Command) -> int:
+    """A link: where the driver runs its linker wrapper, the same link with ``offload-link`` in the wrapper's place
+    (the driver's own decision, read from ``-###``: ``-fopenmp`` without targets runs none; old-driver HIP and CUDA
+    device links run ``lld``/``nvlink`` and pass through), unless ``offload-link`` would refuse the wrapper's
+    options; otherwise the link as it was asked for."""
+    import subprocess
+
+    from offload_builders.cli.link import refused_options
+    from offload_builders.cli.link_shim import WRAPPER_NAME, shim_dir
+    from offload_builders.driver import parse_driver_jobs
+    from offload_builders.errors import OffloadError
+
+    argv = [command.compiler, *command.arguments]
+    try:
+        shim = shim_dir()
+        shimmed = [command.compiler, f"-B{shim}", *command.arguments]
+        done = subprocess.run([shimmed[0], "-###", *shimmed[1:]], capture_output=True, text=True,
+                              errors="surrogateescape", check=False)
+    except (OSError, OffloadError) as error:
+        _log(f"link runs unchanged: {error}: {' '.join(argv)}")
+        return _run_unchanged(argv)
+    wrapper = os.path.join(shim, WRAPPER_NAME)
+    wrappers = [job for job in parse_driver_jobs(done.stderr) if job[0] == wrapper] if done.returncode == 0 else []
+    why = ("the driver runs no linker wrapper" if not wrappers else refused_options(wrappers[0][1:]))
+    if why is not None:
+        _log(f"link runs unchanged: {why}: {' '.join(argv)}")
+        return _run_unchanged(argv)
+    _log(f"link through offload-link: {' '.join(argv)}")
+    return _run_unchanged(shimmed)
 
 
 def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:

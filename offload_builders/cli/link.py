@@ -186,6 +186,16 @@ def _parse(argv: Sequence[str]) -> _Options:
     return opts
 
 
+def refused_options(argv: Sequence[str]) -> str | None:
+    """Why this tool would not take ``argv`` (``clang-linker-wrapper``'s words, as the driver gives them), else
+    None: what ``offload-cache`` asks before it puts this tool in the wrapper's place for a link."""
+    try:
+        _parse(argv)
+    except (UsageError, OffloadError) as error:
+        return str(error)
+    return None
+
+
 def _linker_output(args: Sequence[str]) -> str | None:
     output = None
     for index, arg in enumerate(args):

@@ -6,6 +6,9 @@ Everything else (no offloading, compile and link in one command, several sources
 ``--version``, HIP or CUDA without ``-cuid=``, a command it cannot read) runs the compiler unchanged: the launcher
 never guesses.
 
+A link with offloading (:attr:`Command.link`) is not split either: the launcher gives it ``offload-link`` in the
+driver's ``clang-linker-wrapper``'s place (see :mod:`offload_builders.cli.cache`).
+
 Response files (``@file``) are read here only to decide (GNU quoting, as Clang reads them on Linux); the driver
 is given the command as it was written.
 """
@@ -48,7 +51,7 @@ class Command:
     """One compiler command as the launcher sees it: the compiler, its arguments (response files read), and, where
     it splits it, the source and the object."""
 
-    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "reason", "gpu", "colour")
+    __slots__ = ("compiler", "arguments", "expanded", "source", "output", "reason", "gpu", "colour", "link")
 
     def __init__(self, compiler: str, arguments: Sequence[str]) -> None:
         self.compiler = compiler
@@ -63,6 +66,9 @@ class Command:
         #: Coloured diagnostics: "always" or "never" as the command asks, else "auto" (the driver's choice: where
         #: its standard error is a terminal). See :func:`diagnostics_shown`.
         self.colour = "auto"
+        #: A link (objects and libraries only, no source) whose words ask for offloading (``-fopenmp``, offload
+        #: targets, ``--offload-link``): the driver may run its linker wrapper, which the launcher replaces.
+        self.link = False
 
     @property
     def splits(self) -> bool:
@@ -170,6 +176,8 @@ def _why_not(command: Command) -> str | None:
             index += 1
         index += 1
     if not compiles:
+        command.link = bool(inputs) and (openmp or targets or "--offload-link" in words) and not any(
+            word == "-" or word.endswith((*SOURCE_SUFFIXES, ".hip", ".cu")) for word in inputs) and language is None
         return "not a compile (-c): a link, or compile and link in one command"
     if len(inputs) != 1:
         return f"{len(inputs)} inputs: the launcher splits a compile of one source"
