@@ -196,6 +196,13 @@ def test_hip_sources_with_a_pinned_cuid_are_split_so_a_target_is_added_alone(tre
     assert failed.returncode != 0 and failed.stderr.count("error: no") == 1
     ours = run([*LAUNCHER, CLANGXX, *flags("gfx90a,gfx1030", "-cuid=5eed")], tree)
     assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
+    # HIP's device link fails: the driver names it "amdgcn-link", not after the lld it runs.
+    source.write_text(HIP_SOURCE)
+    words = [*flags("gfx90a", "-cuid=5eed"), "-Xoffload-linker", "--no-such-option"]
+    failed = run([CLANGXX, *words], tree)
+    assert failed.returncode == 1 and "error: amdgcn-link command failed with exit code 1" in failed.stderr
+    ours = run([*LAUNCHER, CLANGXX, *words], tree)
+    assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
 
 
 CUDA_SOURCE = """\
@@ -255,6 +262,16 @@ def test_cuda_sources_with_a_pinned_cuid_are_split_and_the_arch_list_reruns_each
     failed = run([clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], tree)
     assert failed.returncode != 0 and failed.stderr.count("error: no") == 1
     ours_failed = run([*LAUNCHER, clangxx, *flags("sm_80,sm_90", "-cuid=5eed")], tree)
+    assert (ours_failed.returncode, ours_failed.stderr) == (failed.returncode, failed.stderr)
+    # A tool that fails (not a front end): the driver names it by its tool's name and the exit status.
+    source.write_text(CUDA_SOURCE)
+    failing = tree / "ptxas-that-fails"
+    failing.write_text("#!/bin/sh\necho boom >&2\nexit 3\n")
+    failing.chmod(0o755)
+    words = [*flags("sm_80", "-cuid=5eed"), f"--ptxas-path={failing}"]
+    failed = run([clangxx, *words], tree)
+    assert failed.returncode == 3 and "error: ptxas command failed with exit code 3" in failed.stderr
+    ours_failed = run([*LAUNCHER, clangxx, *words], tree)
     assert (ours_failed.returncode, ours_failed.stderr) == (failed.returncode, failed.stderr)
 
 

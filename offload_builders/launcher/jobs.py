@@ -205,7 +205,11 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
         names = _scratch_names(jobs, scratch)
 
         def one(job: _Job) -> _Outcome:
-            return _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log, command.colour)
+            outcome = _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log, command.colour)
+            if outcome.status:
+                outcome.stderr += failure_message(command.compiler, job.words, outcome.status, command.gpu,
+                                                  result.colour != "never")
+            return outcome
 
         try:
             workers = 1 if command.gpu else parallel_jobs()
@@ -346,8 +350,8 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     depfile = os.path.join(scratch, f"job{job.index}.d")
     argv = _with_output(run_words, output, depfile, dependency_values, job.reads_source)
     done = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
-    if done.returncode != 0:
-        return _Outcome(done.stderr, [], status=done.returncode if done.returncode > 0 else 1)
+    if done.returncode != 0:  # a signal's negative number is kept for the driver's message
+        return _Outcome(done.stderr, [], status=done.returncode)
     meta: dict[str, object] = {"stderr": done.stderr.decode(errors="surrogateescape")}
     read: list[str] = []
     text: bytes | None = None
@@ -370,6 +374,31 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
         else:
             store.store(base, {"out": output}, encoded)
     return _Outcome(done.stderr, [*read, *libraries], text)
+
+
+def failure_message(compiler: str, words: Sequence[str], status: int, gpu: bool, colour: bool) -> bytes:
+    """What the driver adds where one of its jobs failed: nothing for a front end that exited with 1 (it said why
+    itself), else ``<driver>: error: <tool> command failed with exit code N`` with the tool's short name, the one
+    the driver's ``Tool`` has (``-cc1``: "clang frontend"; HIP's ``lld``: "amdgcn-link"), whatever file runs it
+    (``--ptxas-path``). Coloured as the driver colours it, for :func:`diagnostics_shown` to take out."""
+    if is_cc1(words):
+        if status == 1:
+            return b""
+        tool = "clang frontend"
+    elif "--gpu-name" in words:
+        tool = "ptxas"
+    elif "--create" in words:
+        tool = "fatbinary"
+    elif os.path.basename(words[0]) in ("lld", "ld.lld"):
+        tool = "amdgcn-link" if gpu else "ld.lld"
+    else:
+        tool = os.path.basename(words[0])
+    what = (f"{tool} command failed due to signal (use -v to see invocation)" if status < 0 else
+            f"{tool} command failed with exit code {status} (use -v to see invocation)")
+    driver = os.path.basename(compiler)
+    if colour:
+        return f"{driver}: \x1b[0;1;31merror: \x1b[0m\x1b[1m{what}\x1b[0m\n".encode()
+    return f"{driver}: error: {what}\n".encode()
 
 
 def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | None:
