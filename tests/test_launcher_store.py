@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from offload_builders.launcher import store as store_module
+from offload_builders.launcher import keys, store as store_module
 from offload_builders.launcher.store import CacheStore, parse_size
+from offload_builders.source_identity import file_identity
 
 KEY_A = "a1" + "0" * 30
 KEY_B = "b2" + "1" * 30
@@ -457,3 +458,194 @@ def test_importing_the_store_is_cheap():
                                  text=True).stdout.split())
     assert "offload_builders.launcher.store" in modules
     assert not modules & {"dataclasses", "subprocess", "typing", "inspect", "json"}
+
+
+# The direct mode's file lists: each file's stamp and digest, so that a hit reads no file that did not change.
+
+SETTLE = 0.3  # RACY_SECONDS in these tests (the real margin is seconds): a file this old is settled
+
+
+@pytest.fixture
+def fresh_keys(monkeypatch):
+    """offload_builders.launcher.keys with a short racy margin and an empty per-process memory (call ``forget``
+    to start over, as the next launcher process would)."""
+    monkeypatch.setattr(keys, "RACY_SECONDS", SETTLE)
+    monkeypatch.setattr(keys, "_FILES", {})
+    return keys
+
+
+def _forget() -> None:
+    keys._FILES.clear()  # what the next compile's process starts with
+
+
+def _settled(*paths) -> None:
+    """Wait until the files' last change is older than the racy margin."""
+    newest = max(os.stat(path).st_ctime for path in paths)
+    time.sleep(max(0.0, newest + SETTLE + 0.05 - time.time()))
+
+
+def _object(tmp_path, data: bytes) -> dict[str, str]:
+    path = tmp_path / f"out-{data.hex()}.o"
+    path.write_bytes(data)
+    return {"out": str(path)}
+
+
+def _hit(cache: CacheStore, base: str) -> bytes | None:
+    entry = keys.lookup_by_files(cache, base)
+    if entry is None:
+        return None
+    with entry:
+        return entry.read("out")
+
+
+def _recorded(cache: CacheStore, base: str, path: str) -> str:
+    return dict(cache.file_lists(base)[0])[path]
+
+
+def _result_key(base: str, path: str, digest: str) -> str:
+    return keys.Key("result", base, f"{path} {digest}", file_identity(path)).hex()
+
+
+def test_file_lists_keep_what_is_recorded_with_each_name(cache):
+    program = keys.program_entry("/usr/bin/ld.lld")
+    cache.add_file_list(KEY_A, [("a.c", "1 2 3 4 5 " + "0" * 40), ("/usr/include/stdio.h", ""), (program, "")])
+    assert cache.file_lists(KEY_A) == [[("a.c", "1 2 3 4 5 " + "0" * 40), ("/usr/include/stdio.h", ""),
+                                        (program, "")]]
+    cache.add_file_list(KEY_A, [("b.c", "")])
+    cache.add_file_list(KEY_A, [("a.c", "9 9 9 9 9 " + "1" * 40), ("/usr/include/stdio.h", ""), (program, "")])
+    # the same names recorded anew replace their earlier list, which no longer holds what the files are
+    assert cache.file_lists(KEY_A) == [[("a.c", "9 9 9 9 9 " + "1" * 40), ("/usr/include/stdio.h", ""),
+                                        (program, "")], [("b.c", "")]]
+    with open(os.path.join(cache.root, "lists", KEY_A[:2], KEY_A)) as f:
+        assert f.read().split("\n\n")[1] == "b.c"  # a name alone: as lists were written before stamps
+    for unlistable in ([("a\nb", "")], [("a", "x\ny")], [("a", "x\0y")], [(program, "1")], [("", "")]):
+        cache.add_file_list(KEY_B, unlistable)
+        assert cache.file_lists(KEY_B) == []
+
+
+def test_a_settled_file_is_taken_by_its_stamp_and_not_read(cache, tmp_path, fresh_keys):
+    header = tmp_path / "h.h"
+    header.write_bytes(b"int a;\n")
+    _settled(header)
+    base = _key(1)
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v1"), b"")
+    recorded = _recorded(cache, base, str(header))
+    status = os.stat(header)
+    assert recorded.startswith(f"{status.st_dev} {status.st_ino} {status.st_size} {status.st_mtime_ns} "
+                               f"{status.st_ctime_ns} ")
+    # A list whose recorded digest is not the file's: only a lookup that trusts the stamp, and does not read the
+    # file, finds the entry stored under that digest.
+    forged = "f" * 40
+    cache.add_file_list(base, [(str(header), recorded.rsplit(" ", 1)[0] + " " + forged)])
+    cache.store(_result_key(base, str(header), forged), _object(tmp_path, b"trusted"))
+    _forget()
+    assert _hit(cache, base) == b"trusted"
+
+
+def test_a_file_changed_with_its_size_and_mtime_kept_is_hashed_again(cache, tmp_path, fresh_keys):
+    header = tmp_path / "h.h"
+    header.write_bytes(b"int a;\n")
+    _settled(header)
+    base = _key(2)
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v1"), b"")
+    before = os.stat(header)
+    _settled(header)  # a change well after the record: its stamp differs by the change time alone
+    header.write_bytes(b"int b;\n")
+    os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(header)
+    assert (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns
+    _forget()
+    assert _hit(cache, base) is None
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v2"), b"")
+    _forget()
+    assert _hit(cache, base) == b"v2"
+    header.write_bytes(b"int a;\n")  # back as it was (mtime too): the first list's entry again
+    os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _forget()
+    assert _hit(cache, base) == b"v1"
+
+
+def test_a_touched_file_is_hashed_again_and_its_list_recorded_anew(cache, tmp_path, fresh_keys):
+    header = tmp_path / "h.h"
+    header.write_bytes(b"int a;\n")
+    _settled(header)
+    base = _key(3)
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v1"), b"")
+    old = _recorded(cache, base, str(header))
+    os.utime(header, ns=(0, 1_000_000_000))  # touch -d: an mtime of the past; the change time is now
+    _settled(header)
+    _forget()
+    assert _hit(cache, base) == b"v1"  # the same bytes
+    new = _recorded(cache, base, str(header))
+    assert new != old and new.split()[3] == "1000000000" and new.split()[-1] == old.split()[-1]
+    # recorded anew: the next hit takes the file by its new stamp (a forged digest shows it is not read)
+    forged = "e" * 40
+    cache.add_file_list(base, [(str(header), new.rsplit(" ", 1)[0] + " " + forged)])
+    cache.store(_result_key(base, str(header), forged), _object(tmp_path, b"trusted"))
+    _forget()
+    assert _hit(cache, base) == b"trusted"
+
+
+def test_a_file_replaced_by_a_copy_is_hashed_again(cache, tmp_path, fresh_keys):
+    header = tmp_path / "h.h"
+    header.write_bytes(b"int a;\n")
+    _settled(header)
+    base = _key(4)
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v1"), b"")
+    recorded = _recorded(cache, base, str(header))
+    by_content = keys.files_part([str(header)], identity=False)
+    cache.add_file_list(base, [(str(header), recorded.rsplit(" ", 1)[0] + " " + "f" * 40)])
+    old_inode = os.stat(header).st_ino
+    shutil.copy2(header, tmp_path / "copy.h")  # the same bytes and mtime, another inode, as a safe-save leaves
+    os.replace(tmp_path / "copy.h", header)
+    assert os.stat(header).st_ino != old_inode
+    _forget()
+    assert keys.files_part([str(header)], identity=False) == by_content  # the same content is the same digest
+    # the forged digest recorded with the old stamp is not taken; the identity (an OpenMP target region's name
+    # holds the inode) is the new file's, so the entry of the old one does not hit
+    assert _hit(cache, base) is None
+    cache.store(_result_key(base, str(header), by_content[0].rsplit(" ", 1)[1]), _object(tmp_path, b"copy"))
+    _forget()
+    assert _hit(cache, base) == b"copy"
+
+
+def test_a_racy_file_is_recorded_without_a_stamp_and_hashed(cache, tmp_path, fresh_keys, monkeypatch):
+    monkeypatch.setattr(keys, "RACY_SECONDS", 2.0)  # the real margin
+    header = tmp_path / "h.h"
+    settled = tmp_path / "settled.h"
+    settled.write_bytes(b"int s;\n")
+    os.utime(settled, ns=(0, 0))
+    header.write_bytes(b"int a;\n")  # changed just now: a change in the same clock tick would keep its stamp
+    base = _key(5)
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v1"), b"")
+    assert _recorded(cache, base, str(header)) == ""
+    before = os.stat(header)
+    header.write_bytes(b"int b;\n")
+    os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _forget()
+    assert _hit(cache, base) is None
+    keys.store_by_files(cache, base, [str(header)], _object(tmp_path, b"v2"), b"")
+    _forget()
+    assert _hit(cache, base) == b"v2"
+    assert _recorded(cache, base, str(header)) == ""  # still racy: the hit recorded nothing new
+    # once settled, a hit records its stamp, and the next hit does not read it
+    monkeypatch.setattr(keys, "RACY_SECONDS", SETTLE)
+    _settled(header)
+    _forget()
+    assert _hit(cache, base) == b"v2"
+    recorded = _recorded(cache, base, str(header))
+    assert recorded.endswith(" " + keys.file_digest(str(header)))
+
+
+def test_hashing_reads_the_whole_file(tmp_path, fresh_keys):
+    import hashlib
+
+    for size in (0, 1, 4095, 4096, 4097, (1 << 20) + 3, (3 << 20) + 5):
+        path = tmp_path / f"f{size}"
+        data = os.urandom(size)
+        path.write_bytes(data)
+        assert keys.file_digest(str(path)) == hashlib.blake2b(data, digest_size=20).hexdigest()
+    assert keys.file_digest(str(tmp_path)) is None  # a directory
+    assert keys.file_digest(str(tmp_path / "missing")) is None

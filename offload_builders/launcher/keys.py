@@ -15,17 +15,29 @@ A key holds everything that can change the output and nothing that cannot, or tw
 
 Which files a compile reads is known after it ran: each key's first part (:func:`Key`) leads to a manifest of the
 file lists its earlier runs read, and each list, hashed as the files are now, to an entry (ccache's direct mode).
+
+A file is hashed only where it may have changed since a list recorded it (a hit reads no header). Each list keeps,
+next to each file, its digest and its *stamp*: device, inode, size, modification and change times
+(``st_ctime_ns``), as :func:`os.stat` gave them before the file was read. Where the file's stamp is the same now,
+its recorded digest is taken as it is. This is sound because no one can set a change time: every write, rename,
+``chmod`` or ``touch -d`` sets it to the kernel's clock, so changed bytes show as another stamp, a file put in its
+place too (another inode, or the same inode number with a new change time). What it cannot see is a change within
+the tick of the file system's clock in which the file was read (Git's "racily clean" files): so a file whose
+modification or change time was less than :data:`RACY_SECONDS` before it was read is recorded without a stamp and
+hashed at every lookup, until a lookup finds it settled and records its stamp (:func:`lookup_by_files`). (The
+change time is the kernel's on the file systems a build writes; a read-only image, such as squashfs, reports the
+times it was made with, and a network file system may show a stat its client cached: as for the compiler's own
+identity, which is its size and modification time, the stamp trusts them.)
 """
 from __future__ import annotations
 
 import os
+import time
 
 try:  # BLAKE2 is built into CPython: no OpenSSL to load, which hashlib does (milliseconds of every compile)
     from _blake2 import blake2b
 except ImportError:  # another Python
     from hashlib import blake2b
-
-from offload_builders.source_identity import file_identity
 
 TYPE_CHECKING = False  # typing costs every compile's start-up: for type checkers only
 if TYPE_CHECKING:
@@ -47,7 +59,14 @@ _RECORDS_DIRECTORY = ("-g", "--coverage", "-fprofile-", "-ftest-coverage", "-fco
 _JOB_RECORDS_DIRECTORY = ("-debug-info-kind=", "-fcoverage-mapping", "-fprofile-instrument", "-coverage-",
                           "-ftest-coverage", "-fprofile-arcs")
 
-_FILE_DIGESTS: dict[str, str | None] = {}
+#: A file whose modification or change time is less than this before it is read is "racy": a write in the same tick
+#: of the file system's clock may leave its stamp as it was (Linux updates file times from a clock that ticks every
+#: few milliseconds; some file systems keep whole seconds, FAT two), so it is recorded without a stamp.
+RACY_SECONDS = 2.0
+
+#: What this process knows of each file: (digest or None where it cannot be read, stamp or "" where racy, identity
+#: as :func:`~offload_builders.source_identity.file_identity` writes it). Each is one file's state at one moment.
+_FILES: dict[str, tuple[str | None, str, str]] = {}
 
 
 class Key:
@@ -77,19 +96,61 @@ class Key:
 
 def file_digest(path: str) -> str | None:
     """The content digest of ``path`` (None: it cannot be read), once per process and path."""
-    if path in _FILE_DIGESTS:
-        return _FILE_DIGESTS[path]
-    digest: str | None
+    return _file(path, "")[0]
+
+
+def _file(path: str, recorded: str) -> tuple[str | None, str, str]:
+    """``path``'s digest, stamp and identity (:data:`_FILES`): from ``recorded`` (a stamp and digest a list
+    holds) where the file's stamp is still that, else hashed; once per process and path."""
+    known = _FILES.get(path)
+    if known is not None:
+        return known
+    if recorded:
+        try:
+            status = os.stat(path)
+        except OSError:
+            status = None
+        if status is not None:
+            stamp, _, digest = recorded.rpartition(" ")
+            if stamp == _stamp(status) and len(digest) == 40:
+                known = _FILES[path] = (digest, recorded, _identity(path, status))
+                return known
+    known = _FILES[path] = _hashed(path)
+    return known
+
+
+def _hashed(path: str) -> tuple[str | None, str, str]:
+    """Read and hash ``path``: its digest, its stamp as it was before it was read with that digest ("" where it
+    is racy), its identity. Unreadable: (None, "", "")."""
+    settled_before = time.time_ns() - int(RACY_SECONDS * 1e9)  # before the stat: the file is read after it
     try:
-        with open(path, "rb") as f:
-            hashed = blake2b(digest_size=20)
-            while block := f.read(1 << 20):
-                hashed.update(block)
-            digest = hashed.hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        digest = None
-    _FILE_DIGESTS[path] = digest
-    return digest
+        return None, "", ""
+    try:
+        status = os.fstat(fd)
+        hashed = blake2b(digest_size=20)
+        # No more than the file holds (and one byte to see its end): a 1 MiB read buffer for a 4 KiB header is
+        # memory the kernel maps and zeroes for each file.
+        want = min(max(status.st_size + 1, 1 << 12), 1 << 20)
+        while block := os.read(fd, want):
+            hashed.update(block)
+    except OSError:
+        return None, "", ""
+    finally:
+        os.close(fd)
+    digest = hashed.hexdigest()
+    settled = status.st_mtime_ns < settled_before and status.st_ctime_ns < settled_before
+    return digest, f"{_stamp(status)} {digest}" if settled else "", _identity(path, status)
+
+
+def _stamp(status: os.stat_result) -> str:
+    return f"{status.st_dev} {status.st_ino} {status.st_size} {status.st_mtime_ns} {status.st_ctime_ns}"
+
+
+def _identity(path: str, status: os.stat_result) -> str:
+    """:func:`~offload_builders.source_identity.file_identity` from a stat already made."""
+    return f"{path} dev={status.st_dev:x} ino={status.st_ino:x}"
 
 
 def program_identity(program: str, found: str | None = None) -> str:
@@ -183,39 +244,56 @@ def files_part(paths: Iterable[str], identity: bool) -> list[str] | None:
     """Each file's digest (and identity, for outputs that name target regions by it), or None where one cannot
     be read now (a file of that list is gone: that list cannot match); a program (:func:`program_entry`) by its
     identity."""
+    return _listed_part([(path, "") for path in paths], identity)
+
+
+def _listed_part(listed: Sequence[tuple[str, str]], identity: bool) -> list[str] | None:
+    """:func:`files_part` of a list as :meth:`~offload_builders.launcher.store.CacheStore.file_lists` gives it:
+    each file with the stamp and digest recorded for it (taken where its stamp is still that)."""
     parts: list[str] = []
-    for path in paths:
+    for path, recorded in listed:
         if path.startswith(PROGRAM):
             parts.append("program " + program_identity(path[len(PROGRAM):]))
             continue
-        digest = file_digest(path)
+        digest, _, known_identity = _file(path, recorded)
         if digest is None:
             return None
         parts.append(f"{path} {digest}")
         if identity:
-            parts.append(file_identity(path))
+            parts.append(known_identity)
     return parts
+
+
+def _recorded(paths: Iterable[str]) -> list[tuple[str, str]]:
+    """Each of ``paths`` with its stamp and digest as this process knows them ("" for a program, or where racy)."""
+    return [(path, "" if path.startswith(PROGRAM) else _file(path, "")[1]) for path in paths]
 
 
 def lookup_by_files(store: CacheStore, base: str) -> Entry | None:
     """The entry behind ``base`` (a key's first part): that of the first of its file lists, the most recent first,
-    whose files, hashed as they are now, name a stored entry (ccache's direct mode). None: a miss."""
-    for files in store.file_lists(base):
-        parts = files_part(files, identity=True)
+    whose files, as they are now, name a stored entry (ccache's direct mode); a file whose stamp is the one
+    recorded is not read. None: a miss. Where the list that hit recorded a stamp that is no longer the file's
+    (a file touched, or racy then and settled now), the list is recorded anew, so the next hit reads nothing."""
+    for listed in store.file_lists(base):
+        parts = _listed_part(listed, identity=True)
         if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
+            now = _recorded(path for path, _ in listed)
+            if any(stamp and stamp != recorded for (_, stamp), (_, recorded) in zip(now, listed)):
+                store.add_file_list(base, now)
             return entry
     return None
 
 
 def store_by_files(store: CacheStore, base: str, read: Sequence[str], files: Mapping[str, str], meta: bytes) -> None:
     """Store ``files`` and ``meta`` as the entry behind ``base`` for the files a run read (``read``, hashed now),
-    and record that list among ``base``'s, so that :func:`lookup_by_files` finds it."""
+    and record that list among ``base``'s, with each file's stamp and digest, so that :func:`lookup_by_files`
+    finds it."""
     parts = files_part(read, identity=True)
     if parts is not None:
-        store.add_file_list(base, read)
+        store.add_file_list(base, _recorded(read))
         store.store(Key("result", base, *parts).hex(), files, meta)
 
 
-__all__ = ["ENVIRONMENT", "PROGRAM", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest", "files_part",
-           "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
+__all__ = ["ENVIRONMENT", "PROGRAM", "RACY_SECONDS", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest",
+           "files_part", "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
            "records_directory", "store_by_files"]

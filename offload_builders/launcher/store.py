@@ -13,7 +13,8 @@ back from it becomes a build's objects, so no other user may write it):
   walks it and sets them right.
 * ``lists/<key[:2]>/<key>``: the file lists of a key's earlier runs (the launcher's direct mode: which files a
   compile read is known after it ran), each replaced whole by the last writer; small, outside the size limit, gone
-  with :meth:`CacheStore.clear`.
+  with :meth:`CacheStore.clear`. One name a line, with what the caller recorded with it after a NUL (the file's
+  stamp and digest: :mod:`offload_builders.launcher.keys`); lists are apart by an empty line.
 * ``config``: ``max_size = <bytes>`` (``offload-cache -M``).
 * ``lock``: taken by eviction and clearing, so that two of them never walk and remove at once.
 
@@ -257,24 +258,29 @@ class CacheStore:
 
     # File lists (the direct mode's manifests).
 
-    def file_lists(self, key: str) -> list[list[str]]:
-        """The lists of files that earlier runs behind ``key`` read, the most recent first ([]: none)."""
+    def file_lists(self, key: str) -> list[list[tuple[str, str]]]:
+        """The lists of files that earlier runs behind ``key`` read, the most recent first ([]: none): each file as
+        its name and what was recorded with it (the caller's opaque text, "" where none)."""
         text = trusted_file_text(self._file_lists_path(key), _MAX_FILE_LISTS_BYTES)
         if not text:
             return []
-        return [block.split("\n") for block in text.split("\n\n") if block]
+        return [[_listed(line) for line in block.split("\n")] for block in text.split("\n\n") if block]
 
-    def add_file_list(self, key: str, files: Sequence[str]) -> None:
-        """Record ``files`` (read by a run behind ``key``) first among its lists, keeping the most recent
+    def add_file_list(self, key: str, files: Sequence[tuple[str, str]]) -> None:
+        """Record ``files`` (read by a run behind ``key``: each name with what to record with it, "" for nothing)
+        first among its lists, in place of an earlier list of the same names, keeping the most recent
         :data:`_MAX_FILE_LISTS`; fails soft (a list that cannot be written is a later miss)."""
         files = list(files)
-        if self.read_only or not files or any(not name or "\n" in name for name in files):
+        if self.read_only or not files or any(_unlistable(name, recorded) for name, recorded in files):
             return
-        lists = [files, *(known for known in self.file_lists(key) if known != files)][:_MAX_FILE_LISTS]
+        names = [name for name, _ in files]
+        lists = [files, *(known for known in self.file_lists(key)
+                          if [name for name, _ in known] != names)][:_MAX_FILE_LISTS]
         path = self._file_lists_path(key)
         try:
             os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-            replace_private_file(path, "\n\n".join("\n".join(known) for known in lists))
+            replace_private_file(path, "\n\n".join("\n".join(f"{name}\0{recorded}" if recorded else name
+                                                               for name, recorded in known) for known in lists))
         except OSError:
             pass
 
@@ -641,6 +647,21 @@ def _configured_root() -> str | None:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(xdg, "offload-builders")
     return os.path.join(base, "offload-cache") if base else None
+
+
+def _listed(line: str) -> tuple[str, str]:
+    """A file-list line: the name, and what was recorded with it after a NUL (no name holds one; a name that
+    starts with NUL, a program's, holds no other)."""
+    if line.startswith("\0"):
+        return line, ""
+    name, _, recorded = line.partition("\0")
+    return name, recorded
+
+
+def _unlistable(name: str, recorded: str) -> bool:
+    """Whether a file list cannot hold ``name`` with ``recorded`` so that :func:`_listed` reads them back."""
+    return (not name or "\n" in name or "\n" in recorded or "\0" in name[1:] or "\0" in recorded
+            or (name.startswith("\0") and bool(recorded)))
 
 
 def _check_name(name: str) -> str:
