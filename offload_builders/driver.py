@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import shlex
 import subprocess
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +20,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from offload_builders.errors import ToolchainError
+from offload_builders.job_words import (
+    DEPENDENCY_OPTIONS,
+    DEPENDENCY_VALUE_OPTIONS,
+    parse_driver_jobs,
+)
 from offload_builders.toolchain import ProbeCache, user_cache
 
 PROBE_STEM = "__offload_probe__"
@@ -136,40 +139,6 @@ class BoundCommand:
         return self.template.signature(top, **self.values)
 
 
-def parse_driver_jobs(text: str) -> list[list[str]]:
-    """Split ``clang -###`` output into one argv per job (job lines start with a space and a quote)."""
-    return [_job_words(line) for line in text.splitlines() if line.startswith(' "')]
-
-
-#: One word as ``clang -###`` prints it (``llvm::sys::printArg``): in double quotes, with ``"``, ``\`` and ``$``
-#: escaped by a backslash.
-_PRINTED_WORD = re.compile(r' "((?:[^"\\]|\\.)*)"', re.DOTALL)
-_PRINTED_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
-
-
-def _job_words(line: str) -> list[str]:
-    """A job line's words exactly as the driver would pass them. Not ``shlex.split``: in double quotes it keeps
-    the backslash of ``\\$``, so a ``$`` in the project's path (``-fdebug-compilation-dir=``) or in a flag
-    became ``\\$``, a word the job never had. A line in another form falls back to ``shlex.split``."""
-    words, end = [], 0
-    for match in _PRINTED_WORD.finditer(line):
-        if match.start() != end:
-            break
-        words.append(_PRINTED_ESCAPE.sub(r"\1", match.group(1)))
-        end = match.end()
-    else:
-        if not line[end:].strip():
-            return words
-    return shlex.split(line)
-
-
-def value_after(argv: Sequence[str], flag: str) -> str | None:
-    for index, arg in enumerate(argv[:-1]):
-        if arg == flag:
-            return argv[index + 1]
-    return None
-
-
 @functools.lru_cache(maxsize=512)
 def probe(driver: str, language: str, flags: tuple[str, ...], cwd: str, cache: ProbeCache | None = None, *,
            mode: tuple[str, ...] = ("-fopenmp",), extension: str | None = None,
@@ -254,73 +223,6 @@ def remembered_jobs(key: str, cache: ProbeCache | None, ask_driver: Callable[[],
     return jobs
 
 
-def is_cc1(job: Sequence[str]) -> bool:
-    return len(job) > 1 and job[1] == "-cc1"
-
-
-def tool_name(job: Sequence[str]) -> str:
-    return os.path.basename(job[0])
-
-
-#: The ``-cc1`` options of a dependency file (``-MD``, ``-MMD``, ``-MF``, ``-MT``, ``-MQ``, ``-MP``, ``-MG``, ``-MV``
-#: as the driver forwards them): those followed by a value, then the bare ones.
-_DEPENDENCY_VALUE_OPTIONS = ("-dependency-file", "-MT")
-_DEPENDENCY_OPTIONS = ("-sys-header-deps", "-module-file-deps", "-MP", "-MG", "-MV")
-
-
-#: A ``-cc1`` job's action flags: a dependency scan replaces the one a job has by ``-Eonly``.
-_CC1_ACTIONS = frozenset({"-emit-obj", "-emit-llvm-bc", "-emit-llvm", "-S", "-emit-llvm-only", "-emit-codegen-only"})
-
-
-def split_dependency_options(job: Sequence[str]) -> tuple[list[str], list[str]]:
-    """A ``-cc1`` job's dependency-file options but the file's name (``-MT`` values and the bare flags), and its
-    words without any of them."""
-    options: list[str] = []
-    rest: list[str] = []
-    index = 0
-    while index < len(job):
-        word = job[index]
-        if word in _DEPENDENCY_VALUE_OPTIONS and index + 1 < len(job):
-            if word != "-dependency-file":
-                options += [word, job[index + 1]]
-            index += 2
-            continue
-        (options if word in _DEPENDENCY_OPTIONS else rest).append(word)
-        index += 1
-    return options, rest
-
-
-def with_dependency_file(job: Sequence[str], depfile: str, target: str, *, system_headers: bool = False
-                         ) -> list[str]:
-    """A ``-cc1`` job that also writes the files it reads to ``depfile`` (``-MMD`` semantics; ``system_headers``:
-    ``-MD``'s)."""
-    return [*job[:2], "-dependency-file", depfile, "-MT", target, *(["-sys-header-deps"] if system_headers else []),
-            *job[2:]]
-
-
-def scan_reads(job: Sequence[str], scratch: str, *, system_headers: bool = False) -> list[str] | None:
-    """The files a ``-cc1`` job reads (the source, then the headers; ``system_headers``: those too), from the same
-    job preprocessing only (``-Eonly``, no ``-o``, its own dependency options replaced by a file in ``scratch``);
-    None where that cannot be had (its diagnostics are for the real compile to print)."""
-    from offload_builders.depfiles import read_make_dependencies
-
-    _, scan = split_dependency_options(job)
-    actions = [index for index, word in enumerate(scan) if word in _CC1_ACTIONS]
-    outputs = [index for index, word in enumerate(scan[:-1]) if word == "-o"]
-    if not is_cc1(scan) or len(actions) != 1 or len(outputs) != 1:
-        return None
-    scan[actions[0]] = "-Eonly"
-    del scan[outputs[0]:outputs[0] + 2]
-    depfile = os.path.join(scratch, "scan.d")
-    try:
-        done = subprocess.run(with_dependency_file(scan, depfile, "scan", system_headers=system_headers),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              check=False)
-        return read_make_dependencies(depfile) if done.returncode == 0 else None
-    except OSError:
-        return None
-
-
 def _from_probe(arg: str) -> bool:
     """Whether ``arg`` names a file of a probe: its scratch directory, or a driver temporary named after it."""
     return PROBE_STEM in arg or "offload-probe-" in arg
@@ -375,14 +277,14 @@ def job_template(job: Sequence[str], *, input_slot: str, input_value: str | None
         if skip_next:
             skip_next = False
             continue
-        if arg in _DEPENDENCY_VALUE_OPTIONS and index + 1 < len(job) and arg not in value_slots:
+        if arg in DEPENDENCY_VALUE_OPTIONS and index + 1 < len(job) and arg not in value_slots:
             skip_next = True
             if dependencies:
                 value = job[index + 1]
                 slot = "dependency_target" if arg == "-MT" else "dependency_file"
                 argv.extend([arg, Slot(slot) if _from_probe(value) else value])
             continue
-        if arg in _DEPENDENCY_OPTIONS:
+        if arg in DEPENDENCY_OPTIONS:
             if dependencies:
                 argv.append(arg)
             continue

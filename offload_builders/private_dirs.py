@@ -180,11 +180,8 @@ def trusted_file_text(path: str | os.PathLike[str], max_bytes: int = MAX_TEXT_BY
 def replace_private_file(path: str | os.PathLike[str], text: str, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` (in a private directory) with ``mode``, atomically: a new file renamed over
     whatever was there (a link there is replaced, never followed). The temporary file goes on any failure."""
-    import tempfile  # writes are rare; every command of the compiler launcher checks a directory (start-up)
-
     path = os.fspath(path)
-    fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                                   dir=os.path.dirname(path) or ".")
+    fd, partial = _new_partial_file(path)
     try:
         with os.fdopen(fd, "w") as f:
             os.fchmod(f.fileno(), mode)
@@ -196,6 +193,20 @@ def replace_private_file(path: str | os.PathLike[str], text: str, mode: int = 0o
         except OSError:
             pass
         raise
+
+
+
+def _new_partial_file(path: str) -> tuple[int, str]:
+    """A new file (``O_EXCL``, ``0600``, a random name) beside ``path``, as ``tempfile.mkstemp`` makes one, without
+    importing ``tempfile`` (with ``random`` and ``shutil``) into every compile that stores something."""
+    directory, name = os.path.split(path)
+    for _ in range(100):
+        partial = os.path.join(directory or ".", f".{name}.{os.urandom(6).hex()}.partial")
+        try:
+            return os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), partial
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no new file could be made beside {path}")
 
 
 __all__ = ["MAX_TEXT_BYTES", "UnsafeDirectoryError", "open_trusted_file", "private_directory", "private_path",

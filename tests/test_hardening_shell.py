@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LLVM19_BIN, REPO_ROOT
-from offload_builders.driver import parse_driver_jobs
+from offload_builders.job_words import parse_driver_jobs
 
 pytestmark = pytest.mark.slow
 

@@ -140,8 +140,8 @@ def _link(command: Command) -> int:
 
     from offload_builders.cli.link import refused_options
     from offload_builders.cli.link_shim import WRAPPER_NAME, shim_dir
-    from offload_builders.driver import parse_driver_jobs
     from offload_builders.errors import OffloadError
+    from offload_builders.job_words import parse_driver_jobs
 
     argv = [command.compiler, *command.arguments]
     try:
@@ -164,9 +164,14 @@ def _link(command: Command) -> int:
 
 def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     """A miss: the driver's jobs, each from the cache or run here; then the whole command is stored."""
-    import tempfile
-
-    from offload_builders.launcher.jobs import JobsFailed, UnfollowedJobs, driver_jobs, run_jobs
+    from offload_builders.launcher.jobs import (
+        JobsFailed,
+        UnfollowedJobs,
+        driver_jobs,
+        remove_scratch,
+        run_jobs,
+        scratch_directory,
+    )
 
     assert command.output is not None
     found = driver_jobs(command, store, base)
@@ -189,7 +194,8 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     store.count("misses")
     _log(f"miss {command.source}: {'; '.join(log) or 'every job was a hit'}")
     if result.read and result.read_listed:
-        with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
+        scratch = scratch_directory()
+        try:
             files = {"out": command.output}
             for name, data in (("stderr", result.stderr), ("deps", result.depfile_text)):
                 if data:
@@ -198,6 +204,8 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
                         f.write(data)
             listed = [*result.read, *(program_entry(program) for program in result.programs)]
             store_by_files(store, base.hex(), listed, files, os.fsencode(result.depfile or ""))
+        finally:
+            remove_scratch(scratch)
     return 0
 
 

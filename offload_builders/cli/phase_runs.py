@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from offload_builders.cli._common import UsageError
 from offload_builders.cli.phase_options import PROG, PhaseOptions
 from offload_builders.depfiles import escape, read_make_dependencies
-from offload_builders.driver import scan_reads, with_dependency_file
+from offload_builders.job_words import scan_reads, with_dependency_file
 from offload_builders.source_identity import file_identity
 
 if TYPE_CHECKING:

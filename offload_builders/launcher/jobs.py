@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 from offload_builders.depfiles import read_make_dependencies
-from offload_builders.driver import (
+from offload_builders.job_words import (
     is_cc1,
     parse_driver_jobs,
     scan_reads,
@@ -201,7 +199,8 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
     _print(result.stderr, result.colour)
     digests: dict[int, str] = {}
     entries: dict[int, Entry] = {}
-    with tempfile.TemporaryDirectory(prefix="offload-cache-") as scratch:
+    scratch = scratch_directory()
+    try:
         names = _scratch_names(jobs, scratch)
 
         def one(job: _Job) -> _Outcome:
@@ -230,9 +229,64 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
             raise JobsFailed(result.status)
         last = jobs[-1]
         partial = output + ".partial"
-        shutil.copyfile(names[last.index], partial)
+        copy_file(names[last.index], partial)
         os.replace(partial, output)
+    finally:
+        remove_scratch(scratch)
     return result
+
+
+def scratch_directory() -> str:
+    """A new private directory for one command's temporary files, in ``$TMPDIR`` (else ``/tmp``), as
+    ``tempfile.mkdtemp`` makes one (a random name, ``0700``, never an existing one) without importing
+    ``tempfile`` and ``shutil`` (with ``random``, ``fnmatch``, ``bz2``, ``lzma``) into every miss."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, f"offload-cache-{os.urandom(8).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no new directory could be made in {base}")
+
+
+def remove_scratch(path: str) -> None:
+    """Remove what :func:`scratch_directory` made, with everything in it (no links followed)."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            remove_scratch(entry.path)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def copy_file(source: str, destination: str) -> None:
+    """``source``'s bytes to ``destination`` (made or truncated), in the kernel where it can."""
+    with open(source, "rb") as src, open(destination, "wb") as dst:
+        size = os.fstat(src.fileno()).st_size
+        offset = 0
+        try:
+            while offset < size:
+                sent = os.sendfile(dst.fileno(), src.fileno(), offset, size - offset)
+                if sent == 0:
+                    break
+                offset += sent
+        except OSError:
+            src.seek(offset)
+            dst.seek(offset)
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
 
 
 def _run_in_parallel(jobs: Sequence[_Job], one: Callable[[_Job], _Outcome], workers: int, result: Result) -> None:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from offload_builders import nvptx_tools
-from offload_builders.driver import Arg, CommandTemplate, Slot, parse_driver_jobs, remembered_jobs, run_driver
+from offload_builders.driver import Arg, CommandTemplate, Slot, remembered_jobs, run_driver
+from offload_builders.job_words import parse_driver_jobs
 from offload_builders.linking.inputs import GroupKey
 from offload_builders.targets import AMDGPU_TRIPLE, NVPTX_TRIPLE
 from offload_builders.toolchain import ProbeCache, Toolchain

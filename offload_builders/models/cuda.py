@@ -43,17 +43,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from offload_builders.driver import (
-    CommandTemplate,
-    Slot,
-    image_spec,
-    is_cc1,
-    job_template,
-    probe as driver_probe,
-    tool_name,
-    value_after,
-)
+from offload_builders.driver import CommandTemplate, Slot, image_spec, job_template, probe as driver_probe
 from offload_builders.errors import ToolchainError
+from offload_builders.job_words import is_cc1, tool_name, value_after
 from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.models.base import package_command
 from offload_builders.models.gpu import FatbinJob, GpuPhaseModel, is_rdc, mode_flags, pins_cuid

@@ -41,16 +41,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from offload_builders import device_libraries
-from offload_builders.driver import (
-    CommandTemplate,
-    image_spec,
-    is_cc1,
-    job_template,
-    probe as driver_probe,
-    tool_name,
-    value_after,
-)
+from offload_builders.driver import CommandTemplate, image_spec, job_template, probe as driver_probe
 from offload_builders.errors import ToolchainError
+from offload_builders.job_words import is_cc1, tool_name, value_after
 from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.models.gpu import (
     CUID_PATTERN,

@@ -40,19 +40,16 @@ from offload_builders.driver import (
     dependency_values,
     driver_errors,
     image_spec,
-    is_cc1,
     job_template,
-    parse_driver_jobs,
     portable_signature,
     probe,
     quote_make_target,
     remembered_jobs,
     run_driver,
     target_selection_flags,
-    tool_name,
-    value_after,
 )
 from offload_builders.errors import ToolchainError
+from offload_builders.job_words import is_cc1, parse_driver_jobs, tool_name, value_after
 from offload_builders.models.base import BasePhaseModel
 from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
 from offload_builders.toolchain import ProbeCache
