@@ -427,6 +427,39 @@ def test_device_jobs_in_parallel_print_and_fail_as_the_driver_does(tree, monkeyp
         assert (ours.returncode, ours.stderr) == (failed.returncode, failed.stderr)
 
 
+def device_compiles_at_once(tree: Path, argv: list[str], name: str) -> int:
+    """The most device compiles that ran at the same time under ``argv``, read from an exec and exit trace."""
+    strace = which_or_fail("strace")
+    prefix = tree / "traces" / name / "t"
+    prefix.parent.mkdir(parents=True)
+    done = run([strace, "-ff", "-ttt", "-q", "-v", "-s", "65536", "-e", "trace=execve", "-e", "status=successful",
+                "-e", "signal=none", "-o", str(prefix), *argv], tree)
+    assert done.returncode == 0, done.stdout + done.stderr
+    spans = []
+    for log in prefix.parent.glob("t.*"):
+        lines = log.read_text(errors="replace").splitlines()
+        started = [line for line in lines if " execve(" in line]
+        ended = [line for line in lines if "+++ exited" in line]
+        if started and ended and "-fopenmp-is-target-device" in started[0]:
+            spans.append((float(started[0].split()[0]), float(ended[-1].split()[0])))
+    assert len(spans) == 3, spans
+    return max(sum(1 for start, end in spans if start <= moment < end) for moment, _ in spans)
+
+
+def test_device_jobs_run_at_once_only_on_the_builds_jobserver_slots(tree, monkeypatch):
+    """Under make's jobserver (a ``+`` recipe: make 4.3 gives it the jobserver's pipe) a compile's device jobs run
+    at once on the build's slots, never more than ``-j`` allows; where make closed the pipe (a plain recipe, as
+    CMake's Makefiles run compiles) they run one after another, as the driver runs them."""
+    monkeypatch.delenv("OFFLOAD_CACHE_JOBS", raising=False)
+    monkeypatch.setenv("OFFLOAD_CACHE_RECACHE", "1")  # every job runs: what is counted is how they run
+    make = which_or_fail("make")
+    compile_words = " ".join([*LAUNCHER, CLANGXX, *flags_for("gfx90a,gfx1030,gfx942")])
+    (tree / "Makefile").write_text(f"slots:\n\t+{compile_words}\nplain:\n\t{compile_words}\n")
+    assert device_compiles_at_once(tree, [make, "-j2", "slots"], "slots") == 2  # this slot and one token
+    assert device_compiles_at_once(tree, [make, "-j2", "plain"], "plain") == 1
+    assert device_compiles_at_once(tree, [make, "-j4", "plain"], "plain-j4") == 1
+
+
 def test_a_recreated_source_is_compiled_again_as_the_driver_would(tree):
     """Target regions are named after the source's inode: the same bytes in a new file are another object."""
     flags = ["-fopenmp", HOST_DEVICE, "-O2", "-MD", "-MF", "kernel.d", "-c", "src/kernel.cpp", "-o", "kernel.o"]

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from offload_builders.launcher.command import Command
+    from offload_builders.launcher.jobserver import Slots
 
 #: Lines of ``-###`` output that are the driver describing itself, not a diagnostic it would print when compiling.
 _DRIVER_BANNER = ("Target: ", "Thread model: ", "InstalledDir: ", "Configuration file: ", "Build config: ",
@@ -173,13 +174,25 @@ class _Outcome:
 _SKIPPED = _Outcome(b"", [], status=-1)
 
 
-def parallel_jobs() -> int:
-    """How many of a command's jobs may run at once: ``$OFFLOAD_CACHE_JOBS``, else one after another, as the driver
-    runs them (a build already runs as many commands as it has cores)."""
+def job_slots_for(command: Command, jobs: int) -> Slots:
+    """How a command's jobs may run at once. One after another, as the driver runs them, unless the build's
+    GNU make jobserver is really there (:mod:`offload_builders.launcher.jobserver`: then on the build's own
+    slots, this process's implicit one and the tokens it can take) or ``$OFFLOAD_CACHE_JOBS=<n>`` allows n
+    (within the jobserver's slots where there is one). HIP and CUDA compiles run one after another: after a
+    failed job the driver runs no further offloading job."""
+    from offload_builders.launcher.jobserver import Slots, job_slots
+
+    if command.gpu:
+        return Slots(1)
     try:
-        return max(1, int(os.environ.get("OFFLOAD_CACHE_JOBS", "1")))
-    except ValueError:
-        return 1
+        asked: int | None = max(1, int(os.environ["OFFLOAD_CACHE_JOBS"]))
+    except (KeyError, ValueError):
+        asked = None
+    slots = job_slots(jobs if asked is None else asked, os.environ)
+    if asked is not None and slots.limit == 1 and asked > 1:  # no jobserver: the variable's own number
+        slots.close()
+        return Slots(asked)
+    return slots
 
 
 def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd: str, output: str,
@@ -210,9 +223,9 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
                                                   result.colour != "never")
             return outcome
 
+        slots = job_slots_for(command, len(jobs))
         try:
-            workers = 1 if command.gpu else parallel_jobs()
-            if workers == 1:
+            if slots.limit == 1:
                 failed: set[int] = set()
                 for job in jobs:
                     skip = (command.gpu and bool(failed)) or bool(_inputs_of(job, jobs) & failed)
@@ -221,8 +234,9 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
                         failed.add(job.index)
                     _apply(job, outcome, result)
             else:
-                _run_in_parallel(jobs, one, workers, result)
+                _run_in_parallel(jobs, one, slots, result)
         finally:
+            slots.close()
             for entry in entries.values():
                 entry.close()
         if result.status:
@@ -289,10 +303,11 @@ def copy_file(source: str, destination: str) -> None:
                 dst.write(chunk)
 
 
-def _run_in_parallel(jobs: Sequence[_Job], one: Callable[[_Job], _Outcome], workers: int, result: Result) -> None:
-    """Each job once the earlier jobs whose outputs it reads are done, ``workers`` at a time; their outcomes
-    applied in the driver's order, up to the first failure. A job waits only for earlier ones, which started
-    before it (the pool takes them in order), so the pool always makes progress."""
+def _run_in_parallel(jobs: Sequence[_Job], one: Callable[[_Job], _Outcome], slots: Slots, result: Result) -> None:
+    """Each job once the earlier jobs whose outputs it reads are done, on one of ``slots`` (at most its limit at
+    once); their outcomes applied in the driver's order, up to the first failure. A job waits for its inputs
+    holding no slot, and only for earlier jobs, which started before it (the pool takes them in order), so the
+    pool always makes progress."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     futures: dict[int, Future[_Outcome]] = {}
@@ -300,9 +315,9 @@ def _run_in_parallel(jobs: Sequence[_Job], one: Callable[[_Job], _Outcome], work
     def task(job: _Job) -> _Outcome:
         if any(futures[index].result().status for index in _inputs_of(job, jobs)):
             return _SKIPPED  # an input's job failed: the driver never runs this one
-        return one(job)
+        return slots.run(one, job)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=slots.limit) as pool:
         try:
             for job in jobs:
                 futures[job.index] = pool.submit(task, job)
