@@ -543,6 +543,36 @@ MODEL_TARGET_KINDS: Mapping[str, frozenset[str]] = {
 }
 
 
+#: The code object version Clang writes for AMDGPU unless ``-mcode-object-version=`` says: 5 up to Clang 21, 6 from
+#: Clang 22 (checked with ``.amdhsa_code_object_version`` of 19.1.7 and 22.1.8).
+def default_code_object_version(llvm_version: int) -> int:
+    return 6 if llvm_version >= 22 else 5
+
+
+def code_object_version(flags: Iterable[str], llvm_version: int) -> int:
+    """The code object version a compile with ``flags`` writes (the last ``-mcode-object-version=``)."""
+    chosen = default_code_object_version(llvm_version)
+    for flag in flags:
+        value = flag[len("-mcode-object-version="):] if flag.startswith("-mcode-object-version=") else None
+        if value is not None and value.isdigit():
+            chosen = int(value)
+    return chosen
+
+
+def generic_target_problem(target: TargetID, flags: Iterable[str], llvm_version: int) -> str | None:
+    """Why a compile with ``flags`` cannot give ``target`` a code object, where it is a generic AMDGPU processor
+    (``gfx11-generic``) and the code object version is below 6 (the back end stops with "is only available on code
+    object version 6 or better"); None otherwise. The tool does not add the flag itself: version 6 changes every
+    code object of the compile, and Clang 19 warns that it is "still in development" (an error under
+    ``-Werror``), so it is the user's choice."""
+    version = code_object_version(flags, llvm_version)
+    if target.kind != "amdgpu" or not target.processor.endswith("-generic") or version >= 6:
+        return None
+    return (f"{target}: a generic AMDGPU target needs code object version 6, and Clang {llvm_version} writes version"
+            f" {version} here: add -mcode-object-version=6 to the compile flags (Clang 19 then warns that version 6"
+            " is still in development, which -Werror makes an error)")
+
+
 def model_targets(model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ...]:
     """The targets of ``targets`` (in their order) that ``model`` compiles for (:data:`MODEL_TARGET_KINDS`)."""
     kinds = MODEL_TARGET_KINDS[model]
@@ -550,6 +580,9 @@ def model_targets(model: str, targets: Iterable[TargetID]) -> tuple[TargetID, ..
 
 
 __all__ = [
+    "code_object_version",
+    "default_code_object_version",
+    "generic_target_problem",
     "MODEL_TARGET_KINDS",
     "model_targets",
     "is_target_name",

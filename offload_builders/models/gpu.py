@@ -46,6 +46,17 @@ def is_rdc(flags: Iterable[str]) -> bool:
     return rdc
 
 
+def uses_new_driver(flags: Iterable[str]) -> bool:
+    """Whether ``flags`` ask for the new offload driver (the last ``--[no-]offload-new-driver`` wins)."""
+    new = False
+    for flag in flags:
+        if flag == "--offload-new-driver":
+            new = True
+        elif flag == "--no-offload-new-driver":
+            new = False
+    return new
+
+
 def mode_flags(flags: Sequence[str], selection: Sequence[str]) -> tuple[str, ...]:
     """What a probe passes after the user's ``flags`` for the targets' ``selection`` (``--offload-arch=``,
     ``--cuda-gpu-arch=``): with relocatable device code the new driver's flags the user's lack, then the

@@ -56,8 +56,9 @@ from offload_builders.models.gpu import (
     is_rdc,
     mode_flags,
     pins_cuid,
+    uses_new_driver,
 )
-from offload_builders.targets import TargetID
+from offload_builders.targets import TargetID, generic_target_problem
 from offload_builders.toolchain import ProbeCache, Toolchain
 
 if TYPE_CHECKING:  # the bundle and compression writers load where a fat binary is written
@@ -381,6 +382,8 @@ class HipPhaseModel(GpuPhaseModel):
         """The flags a one-target probe passes: the user's, the mode's, the target and (non-RDC) the CUID."""
         check_flags(flags)
         check_targets([target])
+        if (problem := generic_target_problem(target, flags, self.toolchain.major)) is not None:
+            raise ToolchainError(problem)
         return (*flags, *mode_flags(flags, (f"--offload-arch={target}",)))
 
     def _jobs(self, target: TargetID, flags: Sequence[str]) -> tuple[tuple[str, ...], ...]:
@@ -390,16 +393,32 @@ class HipPhaseModel(GpuPhaseModel):
         return ToolchainError(f"{self.driver} -### -x hip --offload-arch={target}: {what};"
                               " is this Clang 19 with AMDGPU support?")
 
+    def _check_followed(self, jobs: Sequence[Sequence[str]], rdc: bool) -> None:
+        """One error naming what the driver runs where the model cannot follow it: Clang 22's new offload driver
+        without RDC links each target at compile time (``clang-linker-wrapper --emit-fatbin-only``)."""
+        tools = [tool_name(job) for job in jobs]
+        if not rdc and "clang-linker-wrapper" in tools:
+            raise ToolchainError(f"{self.driver} -### -x hip --offload-new-driver runs {' -> '.join(tools)}: HIP"
+                                 " with the new offload driver and no relocatable device code links each target at"
+                                 " compile time (clang-linker-wrapper --emit-fatbin-only), which the tool does not"
+                                 " split; leave out --offload-new-driver (or pass --no-offload-new-driver), or add"
+                                 " -fgpu-rdc")
+
     def _device_job(self, target: TargetID, jobs: Sequence[Sequence[str]]) -> Sequence[str]:
         device = [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job]
         if len(device) != 1:
             raise self._fail(target, f"expected one device -cc1 job, got {len(device)}")
         return device[0]
 
-    def _cuid_slots(self, job: Sequence[str], target: TargetID, rdc: bool) -> dict[str, str]:
-        if rdc:
+    def _cuid_slots(self, job: Sequence[str], target: TargetID, flags: Sequence[str]) -> dict[str, str]:
+        """The ``cuid`` slot of a non-RDC job. Clang 19's new offload driver forwards no ``-cuid`` (its non-RDC
+        jobs are the old driver's with ``--offload-new-driver``), so such jobs have none, and need none: nothing
+        in them depends on the rest of the command."""
+        if is_rdc(flags):
             return {}
         if not pins_cuid(job):
+            if uses_new_driver(flags) and not any(word.startswith("-cuid=") for word in job):
+                return {}
             raise self._fail(target, "a -cc1 job does not carry the pinned -cuid")
         return {"-cuid=": "cuid"}
 
@@ -416,11 +435,12 @@ class HipPhaseModel(GpuPhaseModel):
     def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
         rdc = is_rdc(flags)
         jobs = self._jobs(target, flags)
+        self._check_followed(jobs, rdc)
         device_job = self._device_job(target, jobs)
         compile_output = value_after(device_job, "-o") or ""
         compile_template = job_template(device_job, input_slot="source",
                                      value_slots={"-main-file-name": "main_file_name"},
-                                     prefix_slots=self._cuid_slots(device_job, target, rdc))
+                                     prefix_slots=self._cuid_slots(device_job, target, flags))
         compile_suffix = os.path.splitext(compile_output)[1]
         if rdc:
             packagers = [job for job in jobs if tool_name(job).startswith("clang-offload-packager")]
@@ -458,7 +478,7 @@ class HipPhaseModel(GpuPhaseModel):
             raise self._fail(target, "the host job does not include a GPU binary")
         template = job_template(host, input_slot="source",
                              value_slots={"-main-file-name": "main_file_name", "-fcuda-include-gpubinary": "fatbin"},
-                             prefix_slots=self._cuid_slots(host, target, rdc))
+                             prefix_slots=self._cuid_slots(host, target, flags))
         bundlers = [job for job in jobs if tool_name(job).startswith("clang-offload-bundler")]
         if len(bundlers) != 1:
             raise self._fail(target, f"expected one bundler job, got {len(bundlers)}")

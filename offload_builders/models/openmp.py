@@ -51,7 +51,14 @@ from offload_builders.driver import (
 from offload_builders.errors import ToolchainError
 from offload_builders.job_words import is_cc1, parse_driver_jobs, tool_name, value_after
 from offload_builders.models.base import BasePhaseModel
-from offload_builders.targets import AMDGPU_TRIPLE, HOST_CPU_TRIPLE, NVPTX_TRIPLE, TargetID
+from offload_builders.targets import (
+    AMDGPU_PROCESSORS,
+    AMDGPU_TRIPLE,
+    HOST_CPU_TRIPLE,
+    NVPTX_TRIPLE,
+    TargetID,
+    generic_target_problem,
+)
 from offload_builders.toolchain import ProbeCache
 
 #: The shared driver layer's names, still importable from here (the OpenMP model was their first home).
@@ -116,6 +123,12 @@ def selection_flags(target: TargetID) -> tuple[str, ...]:
 
 
 
+def _family_example(generic: str) -> str:
+    """Two processors of ``generic``'s family, for an error's hint."""
+    members = [p.name for p in AMDGPU_PROCESSORS if p.generic == generic]
+    return ",".join(members[:2]) or "gfx90a"
+
+
 class PhaseModel(BasePhaseModel):
     """Per-phase OpenMP command templates for one toolchain, derived from its driver and memoized.
 
@@ -163,6 +176,13 @@ class PhaseModel(BasePhaseModel):
         # imported here: a host, package or embed phase command never needs them (its start-up).
         from offload_builders.device_libraries import device_library_flags
 
+        runtime = self.toolchain.lib_dir / f"libomptarget-amdgpu-{target.processor}.bc"
+        if target.kind == "amdgpu" and target.processor.endswith("-generic") and not runtime.is_file():
+            raise ToolchainError(f"{target}: this LLVM's OpenMP device runtime has no image for generic targets (no"
+                                 f" {runtime}): offload to the family's processors instead (e.g."
+                                 f" {_family_example(target.processor)})")
+        if (problem := generic_target_problem(target, flags, self.toolchain.major)) is not None:
+            raise ToolchainError(problem)
         extra = device_library_flags(self.toolchain, target, flags)
         jobs = self._jobs(language, (*flags, *extra, *selection_flags(target)))
         device = [job for job in jobs if is_cc1(job) and "-fopenmp-is-target-device" in job]
