@@ -1,10 +1,10 @@
 """What a compiler command line asks for, as far as ``offload-cache`` must know: whether it splits it, and why not.
 
 The launcher splits one kind of command: a compile (``-c``) of one source to one object file with offload targets,
-OpenMP (``-fopenmp``), or HIP or CUDA (``-x hip``/``-x cuda``, a ``.hip``/``.cu`` source) with a pinned ``-cuid=``.
-Everything else (no offloading, compile and link in one command, several sources, preprocessing, ``-o -``, ``-###``,
-``--version``, HIP or CUDA without ``-cuid=``, a command it cannot read) runs the compiler unchanged: the launcher
-never guesses.
+OpenMP (``-fopenmp``), or HIP or CUDA (``-x hip``/``-x cuda``, a ``.hip``/``.cu`` source; their jobs must not carry a
+CUID the command did not pin, :mod:`offload_builders.launcher.jobs` checks). Everything else (no offloading, compile
+and link in one command, several sources, preprocessing, ``-o -``, ``-###``, ``--version``, a command it cannot
+read) runs the compiler unchanged: the launcher never guesses.
 
 A link with offloading (:attr:`Command.link`) is not split either: the launcher gives it ``offload-link`` in the
 driver's ``clang-linker-wrapper``'s place (see :mod:`offload_builders.cli.cache`).
@@ -187,9 +187,6 @@ def _why_not(command: Command) -> str | None:
     if not targets or not (openmp or gpu):
         return ("no offloading (-fopenmp, or a HIP or CUDA source, with --offload-arch=, --cuda-gpu-arch= or"
                 " -fopenmp-targets=)")
-    if gpu and not any(word.startswith("-cuid=") or word == "-fuse-cuid=none" for word in words):
-        return (f"{gpu} without -cuid=: the driver's default CUID hashes the whole command, -### included, so no"
-                " split run gives its objects; pass -cuid=<id> (one per source) to cache it per target")
     if not gpu and language is None and not inputs[0].endswith(SOURCE_SUFFIXES):
         return f"'{inputs[0]}' is not a C, C++, HIP or CUDA source"
     if not gpu and language is not None and language not in ("c", "c++"):

@@ -200,6 +200,11 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
     """Run (or take from the cache) every job of ``found``; the object goes to ``output`` (atomically). Raises
     :class:`JobsFailed` where a job fails, after printing the diagnostics the driver would have printed."""
     assert command.source is not None
+    if command.gpu and not any(word.startswith("-cuid=") or word == "-fuse-cuid=none" for word in command.expanded) \
+            and any(word.startswith("-cuid=") for job in found.jobs for word in job):
+        raise UnfollowedJobs("HIP or CUDA without -cuid=: the driver's default CUID hashes the whole command,"
+                             " -### included, so no split run gives its objects; pass -cuid=<id> (one per source)"
+                             " to cache it per target")
     jobs = [_Job(index, words, command.source) for index, words in enumerate(found.jobs)]
     final = command.output
     if not jobs or jobs[-1].output != final:

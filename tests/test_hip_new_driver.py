@@ -1,0 +1,82 @@
+"""HIP through the new offload driver (``--offload-new-driver``) without relocatable device code.
+
+Clang 19 runs the old driver's jobs then (a device compile and ``lld`` per target, the bundler, the host compile
+with ``-fcuda-include-gpubinary``), each ``-cc1`` job with ``--offload-new-driver`` and none with a ``-cuid``: the
+SCons tool and the launcher follow them, and the objects are the driver's byte for byte. Clang 22 links each
+target at compile time (``clang-linker-wrapper --emit-fatbin-only``), which the model does not split: one error
+naming what the driver runs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LLVM19_BIN, LLVM22_BIN, REPO_ROOT
+from test_offload_cache import LAUNCHER, stats, traced
+
+SCONS = str(Path(sys.executable).with_name("scons"))
+FLAGS = ["-O2", "-Iinclude", "-nogpulib", "-nogpuinc", "--offload-new-driver"]
+
+
+@pytest.fixture
+def sample(tmp_path) -> Path:
+    root = tmp_path / "hip"
+    shutil.copytree(REPO_ROOT / "sample_project" / "hip", root, ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    return root
+
+
+def run(argv: list[str], cwd: Path, **environ: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env={**os.environ, **environ})
+
+
+def driver_object(root: Path, stem: str, archs: str) -> bytes:
+    out = root / f"{stem}.driver.o"
+    done = run([str(LLVM19_BIN / "clang++"), "-x", "hip", *FLAGS, *(f"--offload-arch={a}" for a in archs.split(",")),
+                "-c", f"src/{stem}.hip", "-o", str(out)], root)
+    assert done.returncode == 0, done.stderr
+    return out.read_bytes()
+
+
+def test_scons_follows_clang_19s_new_driver_jobs_and_adds_a_target_alone(sample):
+    archs = "gfx90a:xnack+,gfx942"
+    built = run([SCONS, "-Q", f"offload_archs={archs}", "flags=--offload-new-driver"], sample)
+    assert built.returncode == 0, built.stdout + built.stderr
+    for stem in ("saxpy", "stencil"):
+        assert (sample / "build" / f"{stem}.o").read_bytes() == driver_object(sample, stem, archs)
+    added = run([SCONS, "-Q", f"offload_archs={archs},gfx1030", "flags=--offload-new-driver"], sample)
+    assert added.returncode == 0, added.stdout + added.stderr
+    compiled = [line for line in added.stdout.splitlines() if line.startswith("device compile")]
+    assert len(compiled) == 2 and all("gfx1030" in line for line in compiled), added.stdout
+    for stem in ("saxpy", "stencil"):
+        assert (sample / "build" / f"{stem}.o").read_bytes() == driver_object(sample, stem, f"{archs},gfx1030")
+
+
+def test_the_launcher_splits_clang_19s_new_driver_hip_without_a_cuid(sample, tmp_path, monkeypatch):
+    monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OFFLOAD_CACHE_LOGFILE", str(tmp_path / "cache.log"))
+
+    def words(archs: str) -> list[str]:
+        return [str(LLVM19_BIN / "clang++"), "-x", "hip", *FLAGS, f"--offload-arch={archs}", "-c", "src/saxpy.hip",
+                "-o", "saxpy.o"]
+
+    first = run([*LAUNCHER, *words("gfx90a")], sample)
+    assert first.returncode == 0, first.stderr
+    assert (sample / "saxpy.o").read_bytes() == driver_object(sample, "saxpy", "gfx90a")
+    processes = traced(tmp_path, [*LAUNCHER, *words("gfx90a,gfx1030")], sample, "new-driver-add")
+    device = [p.option("-target-cpu") for p in processes if "-fcuda-is-device" in p.argv]
+    assert device == ["gfx1030"] and len([p for p in processes if p.program in ("lld", "ld.lld")]) == 1
+    assert (sample / "saxpy.o").read_bytes() == driver_object(sample, "saxpy", "gfx90a,gfx1030")
+    assert stats(sample)["pass-through"] == "0"
+
+
+def test_clang_22s_compile_time_device_link_is_one_error_naming_what_the_driver_runs(sample):
+    done = run([sys.executable, "-m", "offload_builders.cli.compile", "device", "src/saxpy.hip", "--target", "gfx90a",
+                "-o", "saxpy.co", "--", *FLAGS], sample, OFFLOAD_CLANG=str(LLVM22_BIN / "clang"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr and done.stderr.count("error:") == 1
+    assert "clang-linker-wrapper --emit-fatbin-only" in done.stderr and "--no-offload-new-driver" in done.stderr
+    assert "is this Clang 19" not in done.stderr and not (sample / "saxpy.co").exists()
