@@ -2,9 +2,11 @@
 
 Clang 19 runs the old driver's jobs then (a device compile and ``lld`` per target, the bundler, the host compile
 with ``-fcuda-include-gpubinary``), each ``-cc1`` job with ``--offload-new-driver`` and none with a ``-cuid``: the
-SCons tool and the launcher follow them, and the objects are the driver's byte for byte. Clang 22 links each
-target at compile time (``clang-linker-wrapper --emit-fatbin-only``), which the model does not split: one error
-naming what the driver runs.
+SCons tool and the launcher follow them, and the objects are the driver's byte for byte. Clang 22 compiles each
+target to bitcode and links them all at compile time in one ``clang-linker-wrapper --emit-fatbin-only``: the
+models split that job into a device link per target (the wrapper's own ``clang -flto`` command) and the fat
+binary (the wrapper's order and host entry), so adding a target links that target alone; a wrapper option the
+split does not follow is one error naming it.
 """
 from __future__ import annotations
 
@@ -74,9 +76,60 @@ def test_the_launcher_splits_clang_19s_new_driver_hip_without_a_cuid(sample, tmp
     assert stats(sample)["pass-through"] == "0"
 
 
-def test_clang_22s_compile_time_device_link_is_one_error_naming_what_the_driver_runs(sample):
+def driver_22_object(root: Path, stem: str, archs: str, cuid: str) -> bytes:
+    out = root / f"{stem}.driver22.o"
+    done = run([str(LLVM22_BIN / "clang++"), "-x", "hip", *FLAGS, f"--offload-arch={archs}", f"-cuid={cuid}", "-c",
+                f"src/{stem}.hip", "-o", str(out)], root)
+    assert done.returncode == 0, done.stderr
+    return out.read_bytes()
+
+
+def test_scons_splits_clang_22s_compile_time_device_link_per_target(sample):
+    from offload_builders.scons.hip import default_cuid
+
+    clang22 = {"OFFLOAD_CLANG": str(LLVM22_BIN / "clang")}
+    archs = "gfx90a:xnack+,gfx942"
+    built = run([SCONS, "-Q", f"offload_archs={archs}", "flags=--offload-new-driver"], sample, **clang22)
+    assert built.returncode == 0, built.stdout + built.stderr
+    for stem in ("saxpy", "stencil"):
+        assert (sample / "build" / f"{stem}.o").read_bytes() == driver_22_object(
+            sample, stem, archs, default_cuid(f"src/{stem}.hip"))
+    added = run([SCONS, "-Q", f"offload_archs={archs},gfx1030", "flags=--offload-new-driver"], sample, **clang22)
+    assert added.returncode == 0, added.stdout + added.stderr
+    steps = [line for line in added.stdout.splitlines() if line.startswith(("device compile", "device link"))]
+    assert len(steps) == 4 and all("gfx1030" in line for line in steps), added.stdout  # per source: compile, link
+    for stem in ("saxpy", "stencil"):
+        assert (sample / "build" / f"{stem}.o").read_bytes() == driver_22_object(
+            sample, stem, f"{archs},gfx1030", default_cuid(f"src/{stem}.hip"))
+
+
+def test_offload_compile_and_the_launcher_give_clang_22s_new_driver_objects(sample, tmp_path, monkeypatch):
+    clang22 = {"OFFLOAD_CLANG": str(LLVM22_BIN / "clang")}
+    compile_ = [sys.executable, "-m", "offload_builders.cli.compile"]
+    for index, target in enumerate(("gfx90a:xnack+", "gfx942")):
+        done = run([*compile_, "device", "src/saxpy.hip", "--target", target, "-o", f"saxpy.{index}.co", "--cuid",
+                    "5eed", "--", *FLAGS], sample, **clang22)
+        assert done.returncode == 0, done.stderr
+    bundle = ["bundle", "src/saxpy.hip", "--targets", "gfx90a:xnack+,gfx942", "-o", "saxpy.hipfb", "saxpy.0.co",
+              "saxpy.1.co"]
+    for argv in (bundle, ["host", "src/saxpy.hip", "--fatbin", "saxpy.hipfb", "-o", "saxpy.o", "--cuid", "5eed"]):
+        done = run([*compile_, *argv, "--", *FLAGS], sample, **clang22)
+        assert done.returncode == 0, done.stderr
+    expected = driver_22_object(sample, "saxpy", "gfx90a:xnack+,gfx942", "5eed")
+    assert (sample / "saxpy.o").read_bytes() == expected
+    # The launcher follows the driver's own jobs (the wrapper as one job) to the same object.
+    monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(tmp_path / "cache"))
+    (sample / "saxpy.o").unlink()
+    ours = run([*LAUNCHER, str(LLVM22_BIN / "clang++"), "-x", "hip", *FLAGS, "--offload-arch=gfx90a:xnack+,gfx942",
+                "-cuid=5eed", "-c", "src/saxpy.hip", "-o", "saxpy.o"], sample)
+    assert ours.returncode == 0, ours.stderr
+    assert (sample / "saxpy.o").read_bytes() == expected
+
+
+def test_a_wrapper_option_the_split_does_not_follow_is_one_error_naming_it(sample):
     done = run([sys.executable, "-m", "offload_builders.cli.compile", "device", "src/saxpy.hip", "--target", "gfx90a",
-                "-o", "saxpy.co", "--", *FLAGS], sample, OFFLOAD_CLANG=str(LLVM22_BIN / "clang"))
+                "-o", "saxpy.co", "--", *FLAGS, "-Xoffload-linker", "--no-such-option"], sample,
+               OFFLOAD_CLANG=str(LLVM22_BIN / "clang"))
     assert done.returncode == 1 and "Traceback" not in done.stderr and done.stderr.count("error:") == 1
-    assert "clang-linker-wrapper --emit-fatbin-only" in done.stderr and "--no-offload-new-driver" in done.stderr
+    assert "--device-linker=--no-such-option" in done.stderr and "--no-offload-new-driver" in done.stderr
     assert "is this Clang 19" not in done.stderr and not (sample / "saxpy.co").exists()

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from offload_builders import device_libraries
-from offload_builders.driver import CommandTemplate, image_spec, job_template, probe as driver_probe
+from offload_builders.driver import CommandTemplate, Slot, image_spec, job_template, probe as driver_probe
 from offload_builders.errors import ToolchainError
 from offload_builders.job_words import is_cc1, tool_name, value_after
 from offload_builders.models import reject_reserved_flags, require_target_kind
@@ -58,7 +58,7 @@ from offload_builders.models.gpu import (
     pins_cuid,
     uses_new_driver,
 )
-from offload_builders.targets import TargetID, generic_target_problem
+from offload_builders.targets import AMDGPU_TRIPLE, TargetID, generic_target_problem
 from offload_builders.toolchain import ProbeCache, Toolchain
 
 if TYPE_CHECKING:  # the bundle and compression writers load where a fat binary is written
@@ -201,6 +201,9 @@ class FatbinSpec:
     host_input: str                 # "/dev/null"
     compress: bool                  # -compress (from --offload-compress)
     compression_level: int | None   # -compression-level=N (from --offload-compression-level=N)
+    #: The entries by ID descending, as clang-linker-wrapper's ``bundleHIP`` orders them (Clang 22's new driver
+    #: links at compile time), not in the given order (the driver's bundler job).
+    descending: bool = False
 
 
 def default_compression_version(llvm_version: int, environ: Mapping[str, object] | None = None) -> int:
@@ -243,6 +246,9 @@ def write_fatbin(spec: FatbinSpec, ids: Sequence[str], code_objects: Sequence[st
     from offload_builders.formats.clang_zstd import compress_file
 
     plain = output + ".uncompressed"
+    if spec.descending:
+        ordered = sorted(zip(ids[1:], code_objects), key=lambda entry: entry[0], reverse=True)
+        ids, code_objects = [ids[0], *(entry for entry, _ in ordered)], [path for _, path in ordered]
     try:
         bundle([spec.host_input, *code_objects], list(ids), output if compression is None else plain,
                file_type=spec.file_type, bundle_align=spec.alignment, llvm_version=llvm_version)
@@ -354,6 +360,18 @@ def _list_option(job: Sequence[str], prefix: str) -> list[str]:
     return [arg[len(prefix):] for arg in map(_cl_arg, job) if arg.startswith(prefix)]
 
 
+#: The options of a compile-time ``clang-linker-wrapper`` job that the split follows (or that do not change its
+#: output): which images to take, where the host and bundler are, and the fat binary's compression.
+_WRAPPER_FOLLOWED = ("--should-extract=", "--host-triple=amdgcn-amd-amdhsa", "--linker-path=",
+                     "--compression-level=")
+
+
+def _compile_time_link(jobs: Sequence[Sequence[str]]) -> Sequence[str] | None:
+    """The ``clang-linker-wrapper --emit-fatbin-only`` job of Clang 22's new driver without RDC, if any."""
+    return next((job for job in jobs if tool_name(job) == "clang-linker-wrapper" and "--emit-fatbin-only" in job),
+                None)
+
+
 def probe(driver: str, flags: tuple[str, ...], cwd: str,
            cache: ProbeCache | None = None) -> tuple[tuple[str, ...], ...]:
     """Run ``driver -### -x hip <flags> -c`` on an empty probe source; return the jobs (memoized, cached)."""
@@ -393,16 +411,51 @@ class HipPhaseModel(GpuPhaseModel):
         return ToolchainError(f"{self.driver} -### -x hip --offload-arch={target}: {what};"
                               " is this Clang 19 with AMDGPU support?")
 
-    def _check_followed(self, jobs: Sequence[Sequence[str]], rdc: bool) -> None:
-        """One error naming what the driver runs where the model cannot follow it: Clang 22's new offload driver
-        without RDC links each target at compile time (``clang-linker-wrapper --emit-fatbin-only``)."""
-        tools = [tool_name(job) for job in jobs]
-        if not rdc and "clang-linker-wrapper" in tools:
-            raise ToolchainError(f"{self.driver} -### -x hip --offload-new-driver runs {' -> '.join(tools)}: HIP"
-                                 " with the new offload driver and no relocatable device code links each target at"
-                                 " compile time (clang-linker-wrapper --emit-fatbin-only), which the tool does not"
-                                 " split; leave out --offload-new-driver (or pass --no-offload-new-driver), or add"
-                                 " -fgpu-rdc")
+    def _linked_at_compile_time(self, target: TargetID, jobs: Sequence[Sequence[str]], wrapper: Sequence[str],
+                                flags: Sequence[str]) -> HipDeviceSteps:
+        """Clang 22's new offload driver without RDC: a device compile to bitcode per target, then one
+        ``clang-linker-wrapper --emit-fatbin-only`` that links each target (``clang --target=amdgcn-amd-amdhsa
+        -mcpu=<target> -flto``, the extracted bitcode as a ``.o``) and bundles the code objects. Split here into the
+        device compile and that link per target, and the fat binary written by :func:`write_fatbin` in the
+        wrapper's order; the code objects and the fat binary are the wrapper's, byte for byte."""
+        device_job = self._device_job(target, jobs)
+        link_args = self._wrapper_link_args(target, wrapper)
+        compile_template = job_template(device_job, input_slot="source",
+                                        value_slots={"-main-file-name": "main_file_name"},
+                                        prefix_slots=self._cuid_slots(device_job, target, flags))
+        link = CommandTemplate((str(self.toolchain.clang), "--no-default-config", "-o", Slot("output"),
+                                f"--target={AMDGPU_TRIPLE}", f"-mcpu={target}", "-flto", "-Wl,--no-undefined",
+                                Slot("input"), *link_args))
+        # The wrapper hands the bitcode to clang as an object file (".o": linked, not compiled again).
+        return HipDeviceSteps(target, compile_template, ".o", link, f"{LINK_BUNDLE_KIND}-{AMDGPU_TRIPLE}--{target}",
+                              None)
+
+    def _wrapper_link_args(self, target: TargetID, wrapper: Sequence[str]) -> tuple[str, ...]:
+        """The device compiler's arguments of a compile-time ``clang-linker-wrapper`` job; one error naming an
+        option the split does not follow."""
+        args: list[str] = []
+        words = list(wrapper[1:])
+        index = 0
+        while index < len(words):
+            word = words[index]
+            if word == "-o":
+                index += 2
+                continue
+            if word.startswith("--device-compiler="):
+                value = word[len("--device-compiler="):]
+                triple, sep, arg = value.partition("=")
+                if not sep or triple.startswith("-"):
+                    args.append(value)
+                elif triple == AMDGPU_TRIPLE:
+                    args.append(arg)
+            elif not (word.startswith(_WRAPPER_FOLLOWED) or word in ("--emit-fatbin-only", "--compress")
+                      or not word.startswith("-")):
+                raise ToolchainError(f"{self.driver} -### -x hip --offload-new-driver --offload-arch={target}: its"
+                                     f" compile-time device link (clang-linker-wrapper --emit-fatbin-only) has {word},"
+                                     " which the tool does not follow; leave out --offload-new-driver (or pass"
+                                     " --no-offload-new-driver), or add -fgpu-rdc")
+            index += 1
+        return tuple(args)
 
     def _device_job(self, target: TargetID, jobs: Sequence[Sequence[str]]) -> Sequence[str]:
         device = [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job]
@@ -435,7 +488,8 @@ class HipPhaseModel(GpuPhaseModel):
     def _device_steps(self, target: TargetID, flags: tuple[str, ...]) -> HipDeviceSteps:
         rdc = is_rdc(flags)
         jobs = self._jobs(target, flags)
-        self._check_followed(jobs, rdc)
+        if not rdc and (wrapper := _compile_time_link(jobs)) is not None:
+            return self._linked_at_compile_time(target, jobs, wrapper, flags)
         device_job = self._device_job(target, jobs)
         compile_output = value_after(device_job, "-o") or ""
         compile_template = job_template(device_job, input_slot="source",
@@ -479,6 +533,11 @@ class HipPhaseModel(GpuPhaseModel):
         template = job_template(host, input_slot="source",
                              value_slots={"-main-file-name": "main_file_name", "-fcuda-include-gpubinary": "fatbin"},
                              prefix_slots=self._cuid_slots(host, target, flags))
+        if (wrapper := _compile_time_link(jobs)) is not None:
+            level = _int_option(wrapper, "-compression-level=")
+            spec = FatbinSpec("o", 4096, "host-x86_64-unknown-linux-gnu", os.devnull,
+                              "-compress" in map(_cl_arg, wrapper), level, descending=True)
+            return HipHostSteps(template, False, spec)
         bundlers = [job for job in jobs if tool_name(job).startswith("clang-offload-bundler")]
         if len(bundlers) != 1:
             raise self._fail(target, f"expected one bundler job, got {len(bundlers)}")
