@@ -4,8 +4,8 @@
   CUDA 13's ``fatbinary`` (``--image3``) and the host compile embedding it (``.nv_fatbin``); a program of
   two sources, linked with a stub CUDA runtime, registers each kernel once and launches each once.
 * Adding a target compiles and assembles only that target; removing one compiles nothing (Clang 19, which
-  defines no ``__CUDA_ARCH_LIST__``; Clang 22 reruns every compile of the source, as its driver does:
-  ``tests/test_cuda_arch_list.py``).
+  defines no ``__CUDA_ARCH_LIST__``; with Clang 22 a source's other device compiles rerun only where the list
+  can change their output: ``tests/test_cuda_arch_list.py``).
 * With Clang 22 and CUDA 13's headers, each object's ``.nv_fatbin`` is the one-command compile's, byte for byte.
 """
 from __future__ import annotations

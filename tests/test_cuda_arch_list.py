@@ -9,8 +9,9 @@ driver gives the source's whole target list:
 * the rendered commands carry the driver's value (the RDC host compile too), and with Clang 19 there is none;
 * a CUB program's host object registers the same CUB kernels as the driver's one-command object, and every
   cubin defines each of them (the fat binary is the driver's, byte for byte);
-* with Clang 22, adding a target reruns the host compile and every device compile of each source, as the
-  driver's one command does;
+* with Clang 22, adding a target reruns the host compile of each source, and only the device compiles whose
+  preprocessed text (or, through a ``#pragma`` or flags that record macros, output) the list can change: each
+  device node depends on a list check, ``<stem>.<target>.archlist``;
 * ``offload-compile device``/``host`` take the list as ``--targets``, required where the toolchain defines it.
 
 Clang 22 does not add CUDA 13's ``include/cccl`` (where CUB lives), which ``nvcc`` adds with ``-isystem``:
@@ -18,8 +19,10 @@ the tool adds it where the compile uses the real headers.
 """
 from __future__ import annotations
 
+import collections
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -28,7 +31,13 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel, default_flags
+from offload_builders.models.cuda import (
+    ARCH_LIST_SLOT,
+    CudaPhaseModel,
+    check_arch_list,
+    default_flags,
+    records_arch_list,
+)
 from offload_builders.scons.hip import default_cuid
 from offload_builders.targets import parse_target_id
 from offload_builders.toolchain import find_toolchain
@@ -76,8 +85,10 @@ def test_clang22_host_and_device_compiles_carry_the_drivers_arch_list(tmp_path, 
     expected = driver_arch_list(llvm22("clang++"), ["sm_90a", "sm_80"])
     assert expected == "800,900"
     lines = compile_lines(done.stdout)
-    assert len(lines) == 6, done.stdout  # 2 sources x (host + 2 device compiles)
-    assert [arch_list_words(line) for line in lines] == [[expected]] * 6, done.stdout
+    checks = [line for line in lines if " -E -dD " in line]  # each device compile's list check
+    lines = [line for line in lines if line not in checks]
+    assert len(lines) == 6 and len(checks) == 4, done.stdout  # 2 sources x (host + 2 device compiles)
+    assert [arch_list_words(line) for line in lines + checks] == [[expected]] * 10, done.stdout
     assert all(f"-isystem {CUDA_PATH / 'include' / 'cccl'}" in line for line in lines), done.stdout
 
 
@@ -189,7 +200,9 @@ def test_cub_kernels_the_host_registers_are_the_drivers_and_each_cubin_defines_t
     clangxx = llvm22("clang++")
     for archs, namespace in (("sm_90", "SM_900"), ("sm_80,sm_90", "SM_800_900")):
         targets = archs.split(",")
-        run_scons(root, f"clang={llvm22('clang')}", f"archs={archs}", f"include={include}")
+        build = run_scons(root, f"clang={llvm22('clang')}", f"archs={archs}", f"include={include}")
+        # CUB's namespace is named after the list: adding a target reruns every device compile of the source
+        assert sorted(t for p, t in build.commands if p == "DEVICE") == [f"reduce.{t}.cubin" for t in targets]
         reference = root / "reduce.reference.o"
         subprocess.run([str(clangxx), "-x", "cuda", *(f"--cuda-gpu-arch={t}" for t in targets),
                         f"-cuid={default_cuid('reduce.cu')}", f"--cuda-path={CUDA_PATH}", "-O2", f"-I{include}",
@@ -206,27 +219,202 @@ def test_cub_kernels_the_host_registers_are_the_drivers_and_each_cubin_defines_t
         assert _nv_fatbin(llvm22, root / "reduce.o") == _nv_fatbin(llvm22, reference), archs
 
 
-# --- incremental: adding a target reruns every compile of the source (Clang 22) ----------------------------
+# --- incremental: adding a target reruns only the device compiles whose text the list changes (Clang 22) ----
 
-def test_clang22_adding_or_removing_a_target_reruns_the_host_and_every_device_compile(tmp_path, llvm22, cuda):
-    """The target list is in every compile's command (``__CUDA_ARCH_LIST__``), as in the driver's one command:
-    adding a target compiles and assembles every target of each source and reruns its host compile, removing
-    one reruns the others' and the host compile; a no-op runs nothing. (Clang 19, which defines no list, still
-    compiles only the added target: ``tests/test_cuda.py``.)"""
+def test_clang22_adding_or_removing_a_target_reruns_only_the_device_compiles_the_list_changes(tmp_path, llvm22,
+                                                                                              cuda):
+    """Neither plain source's preprocessed device text sees ``__CUDA_ARCH_LIST__``: adding a target compiles and
+    assembles that target alone (plus the fat binary and the host compile, which embeds it and sees the list),
+    removing one compiles nothing; a no-op runs nothing. Each device node depends on its list check
+    (``<stem>.<target>.archlist``), which reruns whenever the list changes."""
     include = curand_include()
     project = Project(tmp_path / "cuda22", llvm22("clang++"))
     common = (f"clang={llvm22('clang')}", f"cuda_flags=-I{include}", "program=0")
     first = project.scons(*common, "archs=sm_80")
     assert targets_of(first, "DEVICE") == ["scale.sm_80.cubin", "shift.sm_80.cubin"]
     added = project.scons(*common, "archs=sm_80,sm_90")
-    cubins = ["scale.sm_80.cubin", "scale.sm_90.cubin", "shift.sm_80.cubin", "shift.sm_90.cubin"]
-    assert targets_of(added, "DEVICE") == targets_of(added, "ASSEMBLE") == cubins, added.output
+    assert targets_of(added, "DEVICE") == targets_of(added, "ASSEMBLE") == ["scale.sm_90.cubin",
+                                                                            "shift.sm_90.cubin"], added.output
     assert targets_of(added, "BUNDLE") == ["scale.fatbin", "shift.fatbin"]
     assert targets_of(added, "HOST") == ["scale.o", "shift.o"]
     assert project.scons(*common, "archs=sm_80,sm_90").commands == []
     removed = project.scons(*common, "archs=sm_90")
-    assert targets_of(removed, "DEVICE") == ["scale.sm_90.cubin", "shift.sm_90.cubin"], removed.output
+    assert targets_of(removed, "DEVICE") == [], removed.output
     assert targets_of(removed, "HOST") == ["scale.o", "shift.o"]
+
+
+def _kind(process) -> str:
+    args = process.argv
+    if "-cc1" in args:
+        if "-E" in args:
+            return "list check"
+        return "device compile" if "-fcuda-is-device" in args else "host compile"
+    return process.program if process.program in ("ptxas", "fatbinary") else f"other ({process.program})"
+
+
+def test_clang22_adding_a_target_starts_two_device_compiles_not_six(tmp_path, llvm22, cuda):
+    """Counted from an exec trace (``strace -ff``): two plain sources built for sm_80,sm_90, then sm_86 added.
+    Before, the build ran 6 device compiles and 6 ``ptxas`` (every target of both sources: the list is in every
+    device command); now 2 and 2 (sm_86's), and one list check (a ``-cc1 -E``, no ``ptxas``) per device compile
+    the list could change. Each object's ``.nv_fatbin`` (sm_80 and sm_90 cubins kept from the build before)
+    equals, byte for byte, the driver's one command for all three targets."""
+    from test_process_counts import read_trace
+
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.fail("strace is missing: run scripts/bootstrap (it installs it) or apt-get install strace")
+    include = curand_include()
+    project = Project(tmp_path / "cuda22", llvm22("clang++"))
+    common = (f"clang={llvm22('clang')}", f"cuda_flags=-I{include}", "program=0")
+    env = dict(os.environ, OFFLOAD_BUILDERS_CACHE_DIR=str(tmp_path / "user-cache"))
+    project.scons(*common, "archs=sm_80,sm_90")
+    log = tmp_path / "trace" / "pid"
+    log.parent.mkdir()
+    done = subprocess.run([strace, "-ff", "-ttt", "-qq", "-v", "-s", "65536", "-e", "trace=execve", "-e",
+                           "status=successful", "-e", "signal=none", "-o", str(log), SCONS, "-Q", *common,
+                           "archs=sm_80,sm_90,sm_86"], cwd=project.root, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    processes = [p for p in read_trace(log) if p.path != SCONS and "-###" not in p.argv
+                 and p.argv[1:] not in (("--version",), ("-print-resource-dir",))]
+    kinds = collections.Counter(_kind(p) for p in processes)
+    assert kinds == {"device compile": 2, "ptxas": 2, "list check": 6, "fatbinary": 2, "host compile": 2}, processes
+    compiled = {p.argv[p.argv.index("-target-cpu") + 1] for p in processes if _kind(p) == "device compile"}
+    assert compiled == {"sm_86"}
+    for stem in ("scale", "shift"):
+        reference = project.root / f"{stem}.reference.o"
+        subprocess.run([str(llvm22("clang++")), "-x", "cuda", "--cuda-gpu-arch=sm_80", "--cuda-gpu-arch=sm_90",
+                        "--cuda-gpu-arch=sm_86", f"-cuid={default_cuid(f'{stem}.cu')}", f"--cuda-path={CUDA_PATH}",
+                        "-O2", "-I.", f"-I{include}", "-isystem", str(CUDA_PATH / "include" / "cccl"), "-c",
+                        f"{stem}.cu", "-o", str(reference)], cwd=project.root, check=True, capture_output=True)
+        assert _nv_fatbin(llvm22, project.root / f"{stem}.o") == _nv_fatbin(llvm22, reference), stem
+
+
+#: A source that sees the list only where ``-E`` prints it unexpanded: ``#pragma unroll UNROLL`` (the compiler
+#: expands UNROLL, and with it the list; ``-E`` prints the pragma as written).
+PRAGMA_CU = '#include "cuda_min.h"\n' + textwrap.dedent("""
+    #define SECOND(a, b, ...) b
+    #define ONE_TARGET(...) SECOND(__VA_ARGS__, 1, 0)
+    #define UNROLL (ONE_TARGET(__CUDA_ARCH_LIST__) == 1 ? 2 : 4)
+    __global__ void k(float *x) {
+    #pragma unroll UNROLL
+      for (int i = 0; i < 64; i++) x[i] = x[i] * 2 + 1;
+    }
+""")
+
+#: Sources reaching the list through an include, #if, defined() and token pasting; and one that does not.
+REACH_H = textwrap.dedent("""
+    #pragma once
+    #define CAT2(a, b) a##b
+    #define CAT(a, b) CAT2(a, b)
+    #define LIST_NAME CAT(__CUDA_ARCH_, LIST__)
+    #define SECOND(a, b, ...) b
+    #define ONE_TARGET(...) SECOND(__VA_ARGS__, 1, 0)
+""")
+REACHES = {
+    "include.cu": '#include "reach.h"\n__attribute__((device)) int n = LIST_NAME;\n',
+    "if.cu": '#include "reach.h"\n#if ONE_TARGET(__CUDA_ARCH_LIST__) == 1\n__attribute__((device)) int n = 1;\n'
+             '#endif\n',
+    "defined.cu": '#include "reach.h"\n#if defined(__CUDA_ARCH_LIST__) && ONE_TARGET(__CUDA_ARCH_LIST__) != 1\n'
+                  '__attribute__((device)) int n;\n#endif\n',
+    "paste.cu": '#include "reach.h"\nint CAT(v_, ONE_TARGET(LIST_NAME));\n',
+}
+UNREACHED = '#include "reach.h"\n#ifdef __CUDA_ARCH_LIST__\n__attribute__((device)) int n = 1;\n#endif\n'
+
+
+def _record(model, toolchain, work: Path, source: str, targets: list[str], flags: tuple[str, ...]) -> str:
+    tids = [parse_target_id(text, llvm_version=22) for text in targets]
+    steps = model.device_steps(tids[0], flags)
+    values = model.arch_list_values(steps.compile, tids, flags)
+    words = steps.compile.render(source=str(work / source), main_file_name=source, output="-", cuid="c", **values)
+    record = check_arch_list(words, flags, values[ARCH_LIST_SLOT])
+    assert "failed" not in record, record
+    return record
+
+
+def test_the_list_check_sees_includes_if_defined_and_pasting_and_pragmas(tmp_path, llvm22, cuda):
+    """The check's record (the real Clang 22 preprocessing each source's sm_80 device compile, with sm_80 alone
+    and with sm_80,sm_90) changes with the list for each way a source can reach it, and for a pragma that
+    names a macro reaching it, and for flags that record macros or the command line; not for a source that only
+    asks whether it is defined."""
+    work = tmp_path / "reach"
+    work.mkdir()
+    (work / "reach.h").write_text(REACH_H)
+    (work / "cuda_min.h").write_text(CUDA_MIN_H)
+    (work / "pragma.cu").write_text(PRAGMA_CU)
+    (work / "unreached.cu").write_text(UNREACHED)
+    for name, text in REACHES.items():
+        (work / name).write_text(text)
+    toolchain = find_toolchain({"OFFLOAD_CLANG": str(llvm22("clang")), "PATH": os.environ.get("PATH", ""),
+                                "CUDA_PATH": str(CUDA_PATH)})
+    model = CudaPhaseModel(toolchain, str(work))
+    plain = ("-nocudainc", "-nocudalib", "-I.")
+    for name in [*REACHES, "pragma.cu", "unreached.cu"]:
+        one, two = (_record(model, toolchain, work, name, targets, plain) for targets in (["sm_80"],
+                                                                                        ["sm_80", "sm_90"]))
+        assert (one == two) == (name == "unreached.cu"), (name, one, two)
+    assert "a #pragma names UNROLL" in _record(model, toolchain, work, "pragma.cu", ["sm_80"], plain)
+    # (the model refuses -grecord-command-line and -frecord-command-line: they record the probe's paths)
+    assert all(records_arch_list([flag], []) for flag in ("-grecord-command-line", "-frecord-command-line"))
+    assert all(records_arch_list([], [word]) for word in ("-debug-info-macro", "-dwarf-debug-flags"))
+    assert records_arch_list(["-g", "-O2"], ["-debug-info-kind=constructor"]) is None
+    for flag in ("-g3", "-fdebug-macro"):
+        records = {_record(model, toolchain, work, "unreached.cu", targets, (*plain, flag))
+                   for targets in (["sm_80"], ["sm_80", "sm_90"])}
+        assert len(records) == 2 and all(flag in record for record in records), (flag, records)
+
+
+PRAGMA_SCONSTRUCT = textwrap.dedent("""
+    import offload_builders.scons
+    env = Environment(tools=["default", "offload"], toolpath=[offload_builders.scons.toolpath()],
+                      OFFLOAD_CLANG=ARGUMENTS["clang"], OFFLOAD_ARCHS=ARGUMENTS["archs"], OFFLOAD_FLAGS=["-O2"],
+                      CPPPATH=["."],
+                      OFFLOAD_CUDA_FLAGS=["-nocudainc", "-nocudalib"] + ARGUMENTS.get("flags", "").split())
+    for phase in ("HOST", "DEVICE", "ASSEMBLE", "BUNDLE"):
+        env["OFFLOAD_%sCOMSTR" % phase] = "@@%s $TARGET" % phase
+    env["OFFLOAD_ARCHLISTCOMSTR"] = "@@ARCHLIST $TARGET"
+    env.OffloadObject("pragma.cu")
+    env.OffloadObject("plain.cu")
+""")
+
+
+def test_clang22_a_source_the_list_reaches_through_a_pragma_or_recording_flags_reruns(tmp_path, llvm22, cuda):
+    """Adding sm_90 reruns pragma.cu's sm_80 device compile (its ``#pragma unroll`` expands the list), whose
+    cubin is the driver's one-command one for both targets; plain.cu's sm_80 cubin is kept. With
+    ``-g3`` (macros recorded) both rerun. An edit that starts using the list in a header reruns the device
+    compiles too."""
+    work = tmp_path / "pragma"
+    work.mkdir()
+    (work / "SConstruct").write_text(PRAGMA_SCONSTRUCT)
+    (work / "cuda_min.h").write_text(CUDA_MIN_H)
+    (work / "pragma.cu").write_text(PRAGMA_CU)
+    (work / "plain.h").write_text("#pragma once\n#define VALUE 2\n")
+    (work / "plain.cu").write_text('#include "cuda_min.h"\n#include "plain.h"\n'
+                                   "__global__ void k(float *x) { x[0] = VALUE; }\n")
+    clang = f"clang={llvm22('clang')}"
+
+    def device(build) -> list[str]:
+        return sorted(target for phase, target in build.commands if phase == "DEVICE")
+
+    run_scons(work, clang, "archs=sm_80")
+    added = run_scons(work, clang, "archs=sm_80,sm_90")
+    assert device(added) == ["plain.sm_90.cubin", "pragma.sm_80.cubin", "pragma.sm_90.cubin"], added.output
+    reference = work / "pragma.reference.o"
+    subprocess.run([str(llvm22("clang++")), "-x", "cuda", "--cuda-gpu-arch=sm_80", "--cuda-gpu-arch=sm_90",
+                    f"-cuid={default_cuid('pragma.cu')}", f"--cuda-path={CUDA_PATH}", "-O2", "-I.", "-nocudainc",
+                    "-nocudalib", "-c", "pragma.cu", "-o", str(reference)], cwd=work, check=True, capture_output=True)
+    assert _nv_fatbin(llvm22, work / "pragma.o") == _nv_fatbin(llvm22, reference)
+    # the header starts using the list: the next list change reruns plain.cu's device compiles too
+    (work / "plain.h").write_text("#pragma once\n#define VALUE (__CUDA_ARCH_LIST__ > 850)\n")
+    edited = run_scons(work, clang, "archs=sm_80,sm_90")
+    assert device(edited) == ["plain.sm_80.cubin", "plain.sm_90.cubin"], edited.output
+    added = run_scons(work, clang, "archs=sm_80,sm_90,sm_86")
+    assert device(added) == [f"{stem}.{t}.cubin" for stem in ("plain", "pragma") for t in ("sm_80", "sm_86", "sm_90")]
+    (work / "plain.h").write_text("#pragma once\n#define VALUE 2\n")
+    run_scons(work, clang, "archs=sm_80,sm_90,sm_86")
+    recorded = run_scons(work, clang, "archs=sm_80,sm_90,sm_86", "flags=-g3")
+    assert len(device(recorded)) == 6
+    removed = run_scons(work, clang, "archs=sm_80,sm_90", "flags=-g3")
+    assert device(removed) == [f"{stem}.{t}.cubin" for stem in ("plain", "pragma") for t in ("sm_80", "sm_90")]
 
 
 # --- offload-compile ----------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ This module has no SCons imports.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -86,6 +87,115 @@ KEPT_PTX_SUFFIX = ".ptx"
 
 _IMAGE_RE = re.compile(r"--image=profile=(?P<kind>sm|compute)_(?P<sm>\w+),file=(?P<file>.+)")
 _IMAGE3_RE = re.compile(r"--image3=kind=(?P<kind>elf|ptx),sm=(?P<sm>\w+),file=(?P<file>.+)")
+
+
+#: The word a device compile's signature holds in place of the list where a list check signs what the list changes.
+ARCH_LIST_CHECKED = "<checked>"
+#: The first line of a list check's record (:func:`arch_list_record`); a new rule of the check gets a new one.
+ARCH_LIST_RECORD_VERSION = "offload __CUDA_ARCH_LIST__ check 1"
+#: A ``-cc1`` job's action words that a device compile may have: its preprocessing replaces the first one.
+_CC1_ACTIONS = ("-S", "-emit-llvm-bc", "-emit-llvm", "-emit-obj")
+#: User flags and ``-cc1`` words by which an output records macro definitions or the command line, the list's
+#: value among them: such a compile always depends on the list.
+_RECORDING_FLAGS = frozenset(("-g3", "-ggdb3", "-fdebug-macro", "-grecord-command-line", "-grecord-gcc-switches",
+                              "-frecord-command-line", "-frecord-gcc-switches"))
+_RECORDING_CC1 = frozenset(("-debug-info-macro", "-dwarf-debug-flags", "-record-command-line"))
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_DEFINE = re.compile(rb"#define ([A-Za-z_][A-Za-z0-9_]*)(\([^)]*\))?(.*)")
+
+
+def records_arch_list(flags: Iterable[str], words: Iterable[str]) -> str | None:
+    """Why a device compile's output can record the list's value (its macros or its command line: ``-g3``,
+    ``-fdebug-macro``, ``-grecord-command-line``, ``-frecord-command-line``, or the ``-cc1`` words they become),
+    or None."""
+    for word in (*flags, *words):
+        if word in _RECORDING_FLAGS or word in _RECORDING_CC1 or word.partition("=")[2] in _RECORDING_FLAGS:
+            return f"{word} records macros or the command line"
+    return None
+
+
+def preprocess_command(words: Sequence[str]) -> list[str]:
+    """A device compile's ``-cc1`` words made its preprocessing: the action (``-S``) replaced by ``-E -dD``
+    (macro definitions kept in the output, see :func:`arch_list_record`), the output standard output."""
+    argv = list(words)
+    at = next((i for i, word in enumerate(argv) if word in _CC1_ACTIONS), None)
+    if at is None or "-o" not in argv[:-1]:
+        raise ValueError(f"not a -cc1 compile with one of {', '.join(_CC1_ACTIONS)} and -o")
+    argv[at:at + 1] = ["-E", "-dD"]
+    out = argv.index("-o")
+    argv[out + 1] = "-"
+    return argv
+
+
+def arch_list_record(preprocessed: bytes, arch_list: str) -> str:
+    """What a device compile's output depends on of ``-D__CUDA_ARCH_LIST__=<arch_list>``, from its preprocessed
+    text (``-E -dD``, :func:`preprocess_command`): the text's digest without the list's own ``#define``, which
+    is the same for two lists exactly where the compile reads the same tokens. Where ``-E`` does not show what
+    the compile sees, the record holds the list itself: a ``#pragma`` is printed unexpanded (``#pragma unroll
+    N``) while the compiler expands its macros, so a pragma naming a macro whose definition can reach the list
+    (names it, or names such a macro, or pastes tokens with ``##``, which can form its name) makes the compile
+    depend on the list."""
+    own = f"#define __CUDA_ARCH_LIST__ {arch_list}".encode()
+    digest = hashlib.sha256()
+    named_in: dict[bytes, set[bytes]] = {}      # identifier -> the macros whose definitions name it
+    tainted: set[bytes] = {b"__CUDA_ARCH_LIST__"}
+    in_pragmas: set[bytes] = set()
+    for line in preprocessed.split(b"\n"):
+        if line == own:
+            continue
+        digest.update(line + b"\n")
+        if line.startswith(b"#define "):
+            match = _DEFINE.match(line)
+            if match is None:
+                continue
+            name, body = match[1], match[3]
+            if b"##" in body:
+                tainted.add(name)
+            for word in set(_IDENTIFIER.findall(body)):
+                named_in.setdefault(word, set()).add(name)
+        elif line.lstrip().startswith(b"#pragma"):
+            in_pragmas.update(_IDENTIFIER.findall(line))
+    work = list(tainted)
+    while work:
+        for name in named_in.get(work.pop(), ()):
+            if name not in tainted:
+                tainted.add(name)
+                work.append(name)
+    lines = [ARCH_LIST_RECORD_VERSION, f"preprocessed: sha256:{digest.hexdigest()}"]
+    reached = sorted(in_pragmas & tainted)
+    if reached:
+        lines += [f"list: {arch_list}", f"why: a #pragma names {reached[0].decode(errors='replace')}, whose"
+                  " expansion can reach __CUDA_ARCH_LIST__ (-E prints pragmas unexpanded)"]
+    return "\n".join(lines) + "\n"
+
+
+def arch_list_listed(arch_list: str, why: str) -> str:
+    """The record of a compile that depends on the list whatever its text (:func:`records_arch_list`), or whose
+    preprocessing failed (the compile reports why)."""
+    return f"{ARCH_LIST_RECORD_VERSION}\nlist: {arch_list}\nwhy: {why}\n"
+
+
+def check_arch_list(words: Sequence[str], flags: Sequence[str], arch_list: str,
+                    environ: Mapping[str, str] | None = None) -> str:
+    """The list check of one device compile (its ``-cc1`` words, with ``-D__CUDA_ARCH_LIST__=<arch_list>``, and
+    the user's ``flags``): :func:`arch_list_record` of its preprocessing, or :func:`arch_list_listed`."""
+    import subprocess
+
+    why = records_arch_list(flags, words)
+    if why is not None:
+        return arch_list_listed(arch_list, why)
+    try:
+        argv = preprocess_command(words)
+    except ValueError as error:
+        return arch_list_listed(arch_list, str(error))
+    try:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                              env=None if environ is None else dict(environ), check=False)
+    except OSError as error:
+        return arch_list_listed(arch_list, f"{argv[0]}: {error.strerror}")
+    if done.returncode != 0:
+        return arch_list_listed(arch_list, f"its preprocessing failed (exit status {done.returncode})")
+    return arch_list_record(done.stdout, arch_list)
 
 
 def check_flags(flags: Iterable[str]) -> None:
@@ -367,8 +477,9 @@ def program_fatbinary(toolchain: Toolchain, images: Sequence[tuple[str, str]], s
 
 
 __all__ = [
-    "ARCH_LIST_PREFIX", "ARCH_LIST_SLOT", "CCCL_INCLUDE", "CUDA_LANGUAGE", "CUDA_SUFFIXES", "HOST_PROBE_TARGET",
-    "RESERVED_FLAG_PREFIXES", "CudaDeviceSteps", "CudaHostSteps", "CudaPhaseModel", "FatbinImage", "check_flags",
-    "check_targets", "default_flags", "fatbin_order", "fatbinary_command", "package_command", "probe",
-    "program_fatbinary",
+    "ARCH_LIST_CHECKED", "ARCH_LIST_PREFIX", "ARCH_LIST_RECORD_VERSION", "ARCH_LIST_SLOT", "CCCL_INCLUDE",
+    "CUDA_LANGUAGE", "CUDA_SUFFIXES", "CudaDeviceSteps", "CudaHostSteps", "CudaPhaseModel", "FatbinImage",
+    "HOST_PROBE_TARGET", "RESERVED_FLAG_PREFIXES", "arch_list_listed", "arch_list_record", "check_arch_list",
+    "check_flags", "check_targets", "default_flags", "fatbin_order", "fatbinary_command", "package_command",
+    "preprocess_command", "probe", "program_fatbinary", "records_arch_list",
 ]

@@ -21,8 +21,10 @@ IDs of ``$OFFLOAD_ARCHS``:
 Adding a target ID compiles and assembles only that target (plus the fat binary and the host compile) with
 Clang 19. From Clang 20 the driver defines ``__CUDA_ARCH_LIST__`` from all of a compile's targets in the host
 and every device compile (CUB and Thrust name their namespace after it), and so do these nodes: each node of
-a source holds the source's target list (:data:`TARGETS_ATTRIBUTE`), and adding a target reruns the host
-compile and every device compile of the source, as the driver's one command does.
+a source holds the source's target list (:data:`TARGETS_ATTRIBUTE`). The host compile signs the list; a device
+node signs instead its list check's record (``<stem>.<target>.archlist``, :func:`_run_arch_list_check`: the digest
+of its preprocessed text without the list's ``#define``, or the list where that text cannot tell), so adding a
+target reruns only the device compiles whose output the list can change (CUB's, not a plain kernel's).
 Host and device compiles of a source share one pinned ``-cuid`` (``$OFFLOAD_CUDA_CUID``, default: the
 :func:`~offload_builders.models.gpu.default_cuid` of the source's path, as for HIP). Objects register their
 own fat binary (``__cudaRegisterFatBinary``) and link as plain host objects with the CUDA runtime
@@ -49,21 +51,27 @@ import SCons.Errors
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
 from offload_builders.models.cuda import (
+    ARCH_LIST_CHECKED,
+    ARCH_LIST_RECORD_VERSION,
     ARCH_LIST_SLOT,
     CUDA_SUFFIXES,
     CudaDeviceSteps,
     CudaHostSteps,
     CudaPhaseModel,
+    check_arch_list,
     default_flags,
     fatbin_order,
     fatbinary_command,
+    preprocess_command,
+    records_arch_list,
 )
 from offload_builders.phase_table import CUDA, Phase, node_name
 from offload_builders.scons import gpu, hip
 from offload_builders.scons.actions import PhaseCommandAction, node_action, phase_action
-from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, partial_path
+from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path
 from offload_builders.scons.rendering import Renderer, node_flags, node_memo
 from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
+from offload_builders.scons.tool_dependencies import depend_on_stamps
 from offload_builders.scons.variables import (
     model_targets_for,
     node_target,
@@ -72,6 +80,7 @@ from offload_builders.scons.variables import (
     target_flags,
     toolchain_exists,
     toolchain_for,
+    top_directory,
     user_error,
 )
 from offload_builders.targets import TargetID
@@ -88,6 +97,14 @@ FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
 #: by the emitter: the renderers give the driver's ``__CUDA_ARCH_LIST__`` for them (Clang 20+).
 TARGETS_ATTRIBUTE = "offload_cuda_targets"
 
+
+#: The node attribute of a device node whose list check (:data:`ARCH_LIST_CHECK_SUFFIX`) signs what the target list
+#: changes of its compile: its signature holds :data:`~offload_builders.models.cuda.ARCH_LIST_CHECKED` in place of
+#: the list, and it depends on the check's record.
+CHECKED_ATTRIBUTE = "offload_cuda_arch_list_checked"
+
+#: The list check's record beside the cubin: ``<stem>.<target>.archlist``.
+ARCH_LIST_CHECK_SUFFIX = ".archlist"
 
 #: The variable whose value is a CUDA source's CUID.
 CUID_VARIABLE = "OFFLOAD_CUDA_CUID"
@@ -129,10 +146,12 @@ def _host_steps(env, target, source, for_signature: bool) -> CudaHostSteps:
 def _device_cc1(target, source, env, for_signature):
     """The first step of a device node (targets: the cubin, the PTX): the compile to the PTX."""
     steps = _device_steps(env, target, source, for_signature)
+    arch_list = _arch_list_values(steps.compile, env, target, source, for_signature)
+    if for_signature and arch_list and getattr(target[0].attributes, CHECKED_ATTRIBUTE, False):
+        arch_list = {ARCH_LIST_SLOT: ARCH_LIST_CHECKED}  # the list check's record signs what the list changes
     return steps.compile.bind(source=str(source[0]), main_file_name=source[0].name,
                               output=partial_path(env, target[1]),
-                              **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE),
-                              **_arch_list_values(steps.compile, env, target, source, for_signature))
+                              **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE), **arch_list)
 
 
 @Renderer
@@ -184,6 +203,78 @@ def _arch_list_values(template: CommandTemplate, env, target, source, for_signat
     return _model(env).arch_list_values(template, targets, _rendered_flags(env, target, source, for_signature))
 
 
+def _check_command(env, target, source, for_signature: bool) -> tuple[list[str], str, str | None]:
+    """A list check's command (its device compile's preprocessing, :func:`preprocess_command`, with the driver's
+    list), the list, and why the compile depends on the list whatever its text (None: the text decides)."""
+    steps = _device_steps(env, target, source, for_signature)
+    arch_list = _arch_list_values(steps.compile, env, target, source, for_signature)
+    bound = steps.compile.bind(source=str(source[0]), main_file_name=source[0].name, output="-",
+                               **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE), **arch_list)
+    words = bound.signature(top_directory(env)) if for_signature else bound.words()
+    flags = _rendered_flags(env, target, source, for_signature)
+    why = records_arch_list(flags, words)
+    try:
+        words = preprocess_command(words)
+    except ValueError as error:
+        why = why or str(error)
+    return words, arch_list[ARCH_LIST_SLOT], why
+
+
+def _run_arch_list_check(target, source, env) -> int:
+    """Write the list check's record (:func:`~offload_builders.models.cuda.check_arch_list`) to the partial file."""
+    steps = _device_steps(env, target, source, False)
+    arch_list = _arch_list_values(steps.compile, env, target, source, False)[ARCH_LIST_SLOT]
+    words = steps.compile.render(source=str(source[0]), main_file_name=source[0].name, output="-",
+                                 **gpu.cuid_value(steps.compile, env, target, source, CUID_VARIABLE),
+                                 **{ARCH_LIST_SLOT: arch_list})
+    record = check_arch_list(words, _rendered_flags(env, target, source, False), arch_list, env["ENV"])
+    with open(partial_path(env, target[0]), "w", encoding="utf-8") as f:
+        f.write(record)
+    return 0
+
+
+class _ArchListCheckAction(SCons.Action.FunctionAction):
+    """The list check's step. Its signature is its preprocessing command with the list (so a new list checks
+    again), the record's version and why the compile depends on the list whatever its text; not the
+    function's bytecode. Its message is ``$OFFLOAD_ARCHLISTCOMSTR``, else the preprocessing command."""
+
+    def __init__(self) -> None:
+        super().__init__(_run_arch_list_check, {})
+
+    def _command(self, target, source, env, executor, for_signature: bool):
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        try:
+            return _check_command(env, target, source, for_signature)
+        except OffloadError as error:
+            raise user_error(error) from None
+
+    def get_presig(self, target, source, env, executor=None) -> bytes:
+        words, _, why = self._command(target, source, env, executor, True)
+        return "\0".join([ARCH_LIST_RECORD_VERSION, why or "", *words]).encode()
+
+    def get_implicit_deps(self, target, source, env, executor=None) -> list:
+        return []
+
+    def get_varlist(self, target, source, env, executor=None) -> tuple:
+        return ()
+
+    def strfunction(self, target, source, env, executor=None):
+        shown = env.subst("$OFFLOAD_ARCHLISTCOMSTR", 0, target, source) if "OFFLOAD_ARCHLISTCOMSTR" in env else ""
+        return shown or " ".join(self._command(target, source, env, executor, False)[0])
+
+    def __str__(self) -> str:
+        return "offload __CUDA_ARCH_LIST__ check"
+
+
+#: A list check: per source and target (Clang 20+), what the target list changes of the device compile: the
+#: digest of its preprocessed text without the list's own ``#define`` (or the list, where the text cannot tell).
+#: The device node depends on it, so adding a target reruns only the device compiles whose text it changes.
+_CHECK_BUILDER = SCons.Builder.Builder(
+    action=SCons.Action.ListAction([REMOVE_STALE, _ArchListCheckAction(), COMMIT]),
+    source_scanner=SHARED_SOURCE_SCANNER, single_source=True)
+
+
 # No emitter: object_emitter hands their nodes to own_outputs itself.
 #: The device compile to PTX and ``ptxas``, one node whose targets are the cubin and the PTX (the fat binary
 #: holds both).
@@ -210,13 +301,21 @@ def _object_emitter(target, source, env):
     except OffloadError as error:
         raise user_error(OffloadError(f"{src}: {error}")) from None
 
-    images, cubins, made = [], [], []
+    images, cubins, made, checks = [], [], [], []
     for tid, steps in plans.items():
         cubin = directory.File(node_name(Phase.ASSEMBLE, CUDA, stem=stem, target=tid.file_token))
         ptx = directory.File(node_name(Phase.DEVICE, CUDA, stem=stem, target=tid.file_token,
                                        suffix=steps.compile_suffix))
-        made += _DEVICE_BUILDER(override_environment(env, {"OFFLOAD_TARGET": tid}),  # one per target
-                                [cubin, ptx], [src])
+        target_env = override_environment(env, {"OFFLOAD_TARGET": tid})
+        nodes = _DEVICE_BUILDER(target_env, [cubin, ptx], [src])  # one per target
+        if ARCH_LIST_SLOT in steps.compile.slots:  # Clang 20+: sign what the list changes, not the list
+            check = directory.File(f"{os.path.splitext(cubin.name)[0]}{ARCH_LIST_CHECK_SUFFIX}")
+            checks += _CHECK_BUILDER(target_env, [check], [src])
+            depend_on_stamps(checks[-1:], [str(steps.compile.argv[0])])
+            for node in nodes:
+                node.add_dependency(checks[-1:])
+                setattr(node.attributes, CHECKED_ATTRIBUTE, True)
+        made += nodes
         images += [ptx, cubin]
         cubins.append(cubin)
     rdc = host.fatbinary is None
@@ -226,8 +325,10 @@ def _object_emitter(target, source, env):
                                        bundle_builder=_FATBIN_BUILDER, bundle_overrides=fatbinary)
     gpu.record_object(env, CUDA, obj, made, device_side)
     # Every compile of the source gets the driver's __CUDA_ARCH_LIST__ for all its targets (Clang 20+).
-    for node in (obj, *made):
+    for node in (obj, *made, *checks):
         setattr(node.attributes, TARGETS_ATTRIBUTE, tuple(plans))
+    if checks:
+        own_outputs(env, checks)
     return target, source
 
 
@@ -257,5 +358,6 @@ def exists(env) -> bool:
     return toolchain_exists(env)
 
 
-__all__ = ["FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "TARGETS_ATTRIBUTE", "exists", "generate_objects",
+__all__ = ["ARCH_LIST_CHECK_SUFFIX", "CHECKED_ATTRIBUTE",
+           "FATBINARY_COM", "OBJECT_ACTION", "RENDERERS", "TARGETS_ATTRIBUTE", "exists", "generate_objects",
            "object_emitter"]
