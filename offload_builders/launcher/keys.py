@@ -273,25 +273,61 @@ def lookup_by_files(store: CacheStore, base: str) -> Entry | None:
     """The entry behind ``base`` (a key's first part): that of the first of its file lists, the most recent first,
     whose files, as they are now, name a stored entry (ccache's direct mode); a file whose stamp is the one
     recorded is not read. None: a miss. Where the list that hit recorded a stamp that is no longer the file's
-    (a file touched, or racy then and settled now), the list is recorded anew, so the next hit reads nothing."""
-    for listed in store.file_lists(base):
+    (a file touched, or racy then and settled now), the list is recorded anew, so the next hit reads nothing.
+
+    Where the local store misses and has a second level (:meth:`~offload_builders.launcher.store.CacheStore.remote`),
+    the server is asked for the entries of the local lists, then of its own lists of ``base``
+    (:mod:`offload_builders.launcher.remote_level`); a list that hit there is recorded here. A local hit asks no
+    server."""
+    local = store.file_lists(base)
+    missed: dict[str, list[tuple[str, str]]] = {}  # key -> the list that named it
+    for listed in local:
         parts = _listed_part(listed, identity=True)
-        if parts is not None and (entry := store.lookup(Key("result", base, *parts).hex())) is not None:
+        if parts is None:
+            continue
+        key = Key("result", base, *parts).hex()
+        if (entry := store.lookup(key, remote=False)) is not None:
             now = _recorded(path for path, _ in listed)
             if any(stamp and stamp != recorded for (_, stamp), (_, recorded) in zip(now, listed)):
                 store.add_file_list(base, now)
             return entry
+        missed.setdefault(key, listed)
+    remote = store.remote()
+    if remote is None or not remote.fetches:
+        return None
+    for key, listed in missed.items():
+        if (entry := store.fetch(key)) is not None:
+            store.add_file_list(base, _recorded(path for path, _ in listed))
+            return entry
+    known = {tuple(path for path, _ in listed) for listed in local}
+    for names in remote.file_lists(base):
+        if tuple(names) in known:
+            continue
+        parts = files_part(names, identity=True)
+        if parts is None:
+            continue
+        key = Key("result", base, *parts).hex()
+        if key in missed:
+            continue
+        if (entry := store.lookup(key)) is not None:
+            store.add_file_list(base, _recorded(names))
+            return entry
+        missed[key] = []
     return None
 
 
 def store_by_files(store: CacheStore, base: str, read: Sequence[str], files: Mapping[str, str], meta: bytes) -> None:
     """Store ``files`` and ``meta`` as the entry behind ``base`` for the files a run read (``read``, hashed now),
     and record that list among ``base``'s, with each file's stamp and digest, so that :func:`lookup_by_files`
-    finds it."""
+    finds it. Where the store has a second level, the entry is uploaded (by the store), then ``base``'s lists."""
     parts = files_part(read, identity=True)
     if parts is not None:
         store.add_file_list(base, _recorded(read))
         store.store(Key("result", base, *parts).hex(), files, meta)
+        remote = store.remote()
+        if remote is not None and remote.uploads:
+            local = [[path for path, _ in listed] for listed in store.file_lists(base)]
+            remote.store_file_lists(base, [list(read), *local])
 
 
 __all__ = ["ENVIRONMENT", "PROGRAM", "RACY_SECONDS", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest",

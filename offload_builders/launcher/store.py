@@ -18,6 +18,12 @@ back from it becomes a build's objects, so no other user may write it):
 * ``config``: ``max_size = <bytes>`` (``offload-cache -M``).
 * ``lock``: taken by eviction and clearing, so that two of them never walk and remove at once.
 
+Where ``$OFFLOAD_REMOTE`` names a REAPI server, it is a second level (:meth:`CacheStore.remote`,
+:mod:`offload_builders.launcher.remote_level`): a lookup that misses here asks it, and a hit there is downloaded
+into an entry here (:meth:`CacheStore.fetch`, counted as ``remote-hits``); each store is uploaded too, packed into
+one file (:func:`_pack`: a line, the manifest's length, the manifest, the files). A hit here asks no server and
+imports nothing of it.
+
 The launcher starts for every compile, so this module imports only cheap standard modules (no ``typing``,
 ``dataclasses`` or ``pathlib`` of its own): what a compile that is a cache hit costs is mostly start-up.
 """
@@ -42,6 +48,8 @@ TYPE_CHECKING = False  # typing costs every compile's start-up: for type checker
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from types import TracebackType
+
+    from offload_builders.launcher.remote_level import RemoteLevel
 
 #: The cache's size limit unless ``config`` says otherwise (``offload-cache -M``).
 DEFAULT_MAX_SIZE = 5 << 30
@@ -82,7 +90,7 @@ class CacheStore:
     Every method that a compile runs (:meth:`lookup`, :meth:`store`, :meth:`count`) fails soft: a cache that
     cannot be read or written is a miss, never a failed build."""
 
-    __slots__ = ("max_size", "read_only", "root")
+    __slots__ = ("_remote", "_remote_known", "max_size", "read_only", "root")
 
     def __init__(self, root: str, *, read_only: bool = False) -> None:
         self.root = root
@@ -90,6 +98,9 @@ class CacheStore:
         self.read_only = read_only
         #: The size limit in bytes (``config``); 0: no limit.
         self.max_size = self._read_max_size()
+        #: The second level (:meth:`remote`), once a miss asked for it (``_remote_known``).
+        self._remote: RemoteLevel | None = None
+        self._remote_known = False
 
     @classmethod
     def open(cls, root: str | None = None) -> CacheStore | None:
@@ -118,46 +129,24 @@ class CacheStore:
 
     # Entries.
 
-    def lookup(self, key: str) -> Entry | None:
+    def lookup(self, key: str, *, remote: bool = True) -> Entry | None:
         """The entry of ``key`` with all its files open, or None (a miss). The files are opened before this
         returns, so an eviction meanwhile cannot take the bytes from the reader. A damaged entry (no manifest,
         a file missing or of another size than the manifest says) is a miss and is removed. A hit marks the
-        entry used: its directory's mtime is what eviction sorts by."""
+        entry used: its directory's mtime is what eviction sorts by. A miss asks the second level, where there is
+        one and ``remote`` (:meth:`fetch`); a hit here never does."""
+        entry = self._lookup_here(key)
+        if entry is None and remote:
+            entry = self.fetch(key)
+        return entry
+
+    def _lookup_here(self, key: str) -> Entry | None:
+        """:meth:`lookup` in this directory only."""
         path = self._entry_dir(key)
-        try:
-            dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NO_FOLLOW)
-        except FileNotFoundError:
-            return None
-        except OSError:
-            if not self.read_only:
-                self._discard(path, None)  # something else where an entry should be (a file, a link)
-            return None
-        files: dict[str, tuple[int, int]] = {}
-        entry: Entry | None = None
-        info: os.stat_result | None = None
-        try:
-            info = os.fstat(dir_fd)
-            listed, meta = _read_manifest(dir_fd)
-            for name, size in listed:
-                fd = os.open(name, os.O_RDONLY | _NO_FOLLOW, dir_fd=dir_fd)
-                files[name] = (fd, size)
-                file_info = os.fstat(fd)
-                if not stat.S_ISREG(file_info.st_mode) or file_info.st_size != size:
-                    raise ValueError(f"{name}: not the size the manifest says")
-            entry = Entry(key, meta, files)
-            if not self.read_only:
-                try:
-                    os.utime(dir_fd)  # the LRU clock
-                except OSError:
-                    pass
-        except (OSError, ValueError):
-            for fd, _ in files.values():
-                os.close(fd)
-        finally:
-            os.close(dir_fd)
-        if entry is None and not self.read_only:
-            freed = self._discard(path, info)
-            if freed is not None:
+        entry, info, found = _open_entry(path, key, mark_used=not self.read_only)
+        if entry is None and found != "missing" and not self.read_only:
+            freed = self._discard(path, info)  # something else where an entry should be (a file, a link)
+            if freed is not None and found == "damaged":
                 self._add({"size": -freed, "entries": -1})
         return entry
 
@@ -174,6 +163,14 @@ class CacheStore:
             return False
         if os.path.lexists(path):
             return True
+        stored = self._store_here(path, files, meta)
+        level = self.remote()
+        if level is not None and level.uploads:
+            self._upload(level, key, files, meta)
+        return stored
+
+    def _store_here(self, path: str, files: Mapping[str, str], meta: bytes) -> bool:
+        """:meth:`store` in this directory only."""
         try:
             temp = self._make_temp("store")
         except OSError:
@@ -183,29 +180,113 @@ class CacheStore:
             total = 0
             for name, source in files.items():
                 size = _copy_in(source, os.path.join(temp, name))
-                listed.append(b"%d %s\n" % (size, name.encode()))
+                listed.append((name, size))
                 total += size
-            manifest = b"".join([_MANIFEST_MAGIC, b"%d\n" % len(listed), *listed, b"%d\n" % len(meta), meta])
+            manifest = _manifest(listed, meta)
             _write_new(os.path.join(temp, _MANIFEST), manifest)
             total += len(manifest)
-            try:
-                os.mkdir(os.path.dirname(path), 0o700)
-            except FileExistsError:
-                pass
-            try:
-                os.rename(temp, path)  # an empty directory there (never an entry) is replaced
-            except OSError as error:
-                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise
-                _remove_tree(temp)  # another launcher stored it first: keep theirs
+            if not self._install(temp, path):
                 return True
         except OSError:
             _remove_tree(temp)
             return False
-        self._add({"stores": 1, "entries": 1, "size": total})
+        self._added({"stores": 1, "entries": 1, "size": total})
+        return True
+
+    def _install(self, temp: str, path: str) -> bool:
+        """Rename the entry made in ``temp`` into place at ``path`` in one step; False (and ``temp`` removed) where
+        another launcher put one there first, which stays. Raises OSError."""
+        try:
+            os.mkdir(os.path.dirname(path), 0o700)
+        except FileExistsError:
+            pass
+        try:
+            os.rename(temp, path)  # an empty directory there (never an entry) is replaced
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            _remove_tree(temp)  # another launcher stored it first: keep theirs
+            return False
+        return True
+
+    def _added(self, counts: dict[str, int]) -> None:
+        """Count an entry added; evict where the cache is now over its limit."""
+        self._add(counts)
         if self.max_size and self.stats().get("size", 0) > self.max_size:
             self.evict()
-        return True
+
+    # The second level: the REAPI cache of $OFFLOAD_REMOTE (offload_builders.launcher.remote_level).
+
+    def remote(self) -> RemoteLevel | None:
+        """The second level where ``$OFFLOAD_REMOTE`` names a server, else None. Made, and its modules imported,
+        at the first call: only a miss calls it, so a hit here costs no import and asks no server."""
+        if not self._remote_known:  # two threads may both get here: remote_level gives them one level
+            url = os.environ.get("OFFLOAD_REMOTE", "").strip()
+            if url:
+                from offload_builders.launcher.remote_level import remote_level
+
+                self._remote = remote_level(url, read_only=self.read_only)
+            self._remote_known = True
+        return self._remote
+
+    def fetch(self, key: str) -> Entry | None:
+        """The entry of ``key`` from the second level (:meth:`remote`), downloaded into this cache and returned as
+        a hit here (in read-only mode into a private scratch directory, removed once its files are open), and
+        counted as a remote hit. None: no second level, ``OFFLOAD_CACHE_RECACHE``, a miss there, or anything that
+        failed (warned about by the second level: the remote never fails a compile)."""
+        path = self._entry_dir(key)
+        level = self.remote()
+        if level is None or not level.fetches:
+            return None
+        try:
+            download = _scratch_directory() if self.read_only else self._make_temp("download")
+        except OSError:
+            return None
+        entry: Entry | None = None
+        try:
+            pack = os.path.join(download, "entry")
+            if not level.fetch_entry(key, pack):
+                return None
+            if self.read_only:
+                unpacked = os.path.join(download, "entry.d")
+                os.mkdir(unpacked, 0o700)
+                _unpack(pack, unpacked)
+                entry = _open_entry(unpacked, key, mark_used=False)[0]
+            else:
+                unpacked = self._make_temp("remote")
+                try:
+                    total = _unpack(pack, unpacked)
+                    installed = self._install(unpacked, path)
+                except BaseException:
+                    _remove_tree(unpacked)
+                    raise
+                if installed:
+                    self._added({"entries": 1, "size": total})
+                entry = self._lookup_here(key)
+        except ValueError as error:  # not a packed entry: the server's (or its writer's) fault
+            level.damaged(key, error)
+        except OSError:  # no room here: a miss
+            pass
+        finally:
+            _remove_tree(download)
+        if entry is not None:
+            self._add({"remote-hits": 1})
+        return entry
+
+    def _upload(self, level: RemoteLevel, key: str, files: Mapping[str, str], meta: bytes) -> None:
+        """Give the second level the entry :meth:`store` was given (packed into one file: :func:`_pack`)."""
+        try:
+            temp = self._make_temp("upload")
+        except OSError:
+            return
+        try:
+            pack = os.path.join(temp, "entry")
+            _pack(files, meta, pack)
+            level.store_entry(key, pack)
+        except OSError:  # a file gone meanwhile, no room for the pack: not shared
+            pass
+        finally:
+            _remove_tree(temp)
 
     def evict(self) -> int:
         """Remove least-recently-used entries until the size is at most 90% of :attr:`max_size`, never one used in
@@ -367,7 +448,9 @@ class CacheStore:
                 os.close(fd)
 
     def show_stats(self) -> str:
-        """The statistics as ``ccache -s`` shows its own: one ``label value`` line each."""
+        """The statistics as ``ccache -s`` shows its own: one ``label value`` line each; ``remote hits`` (entries
+        downloaded from the second level: whole commands, jobs, ``-###`` records) where ``$OFFLOAD_REMOTE`` is set or
+        there were any."""
         counts = self.stats()
         hits, misses = counts.get("hits", 0), counts.get("misses", 0)
         lines = [("cache directory", self.root)]
@@ -375,6 +458,8 @@ class CacheStore:
             lines.append(("read only", "yes"))
         for name in ("hits", "misses", "stores", "pass-through", "errors", "evictions"):
             lines.append((name, str(counts.get(name, 0))))
+            if name == "hits" and ("remote-hits" in counts or os.environ.get("OFFLOAD_REMOTE", "").strip()):
+                lines.append(("remote hits", str(counts.get("remote-hits", 0))))
         if hits + misses:
             lines.append(("hit rate", f"{100 * hits / (hits + misses):.1f} %"))
         lines.append(("entries", str(counts.get("entries", 0))))
@@ -384,7 +469,7 @@ class CacheStore:
         else:
             shown = f"{_format_size(size)} / no limit"
         lines.append(("cache size", shown))
-        known = {"hits", "misses", "stores", "pass-through", "errors", "evictions", "entries", "size"}
+        known = {"hits", "remote-hits", "misses", "stores", "pass-through", "errors", "evictions", "entries", "size"}
         lines.extend((name, str(counts[name])) for name in sorted(counts) if name not in known)
         return "".join(f"{label:<20}{value}\n" for label, value in lines)
 
@@ -615,6 +700,42 @@ class Entry:
         return self._files[name]
 
 
+def _open_entry(path: str, key: str, *, mark_used: bool) -> tuple[Entry | None, os.stat_result | None, str]:
+    """The entry in the directory ``path`` with all its files open, its directory's stat, and what was found:
+    "entry", "missing", "unopenable" (not a directory: a file, a link) or "damaged" (no manifest, a file missing or
+    of another size than the manifest says). ``mark_used``: set its mtime, the LRU clock."""
+    try:
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NO_FOLLOW)
+    except FileNotFoundError:
+        return None, None, "missing"
+    except OSError:
+        return None, None, "unopenable"
+    files: dict[str, tuple[int, int]] = {}
+    info: os.stat_result | None = None
+    try:
+        info = os.fstat(dir_fd)
+        listed, meta = _read_manifest(dir_fd)
+        for name, size in listed:
+            fd = os.open(name, os.O_RDONLY | _NO_FOLLOW, dir_fd=dir_fd)
+            files[name] = (fd, size)
+            file_info = os.fstat(fd)
+            if not stat.S_ISREG(file_info.st_mode) or file_info.st_size != size:
+                raise ValueError(f"{name}: not the size the manifest says")
+        entry = Entry(key, meta, files)
+        if mark_used:
+            try:
+                os.utime(dir_fd)  # the LRU clock
+            except OSError:
+                pass
+        return entry, info, "entry"
+    except (OSError, ValueError):
+        for fd, _ in files.values():
+            os.close(fd)
+        return None, info, "damaged"
+    finally:
+        os.close(dir_fd)
+
+
 def parse_size(text: str) -> int:
     """Bytes from a size as ``ccache -M`` takes it: a number with an optional binary unit, ``k``, ``M``, ``G`` or
     ``T`` (also ``KiB``, ``MB``, ...; all powers of 1024), e.g. ``5G``, ``1.5G``, ``500M``, ``1073741824``. Raises
@@ -674,6 +795,12 @@ def _is_shard_name(name: str) -> bool:
     return len(name) == 2 and _HEX_DIGITS.issuperset(name)
 
 
+def _manifest(listed: Sequence[tuple[str, int]], meta: bytes) -> bytes:
+    """An entry's ``@manifest``: each file's size and name, then ``meta``."""
+    lines = [b"%d %s\n" % (size, name.encode()) for name, size in listed]
+    return b"".join([_MANIFEST_MAGIC, b"%d\n" % len(lines), *lines, b"%d\n" % len(meta), meta])
+
+
 def _read_manifest(dir_fd: int) -> tuple[list[tuple[str, int]], bytes]:
     """An entry's files (name, size) and meta; ValueError where the manifest is not one this module writes."""
     fd = os.open(_MANIFEST, os.O_RDONLY | _NO_FOLLOW, dir_fd=dir_fd)
@@ -684,6 +811,11 @@ def _read_manifest(dir_fd: int) -> tuple[list[tuple[str, int]], bytes]:
         data = os.pread(fd, size + 1, 0)
     finally:
         os.close(fd)
+    return _parse_manifest(data)
+
+
+def _parse_manifest(data: bytes) -> tuple[list[tuple[str, int]], bytes]:
+    """:func:`_read_manifest` of a manifest's bytes."""
     if not data.startswith(_MANIFEST_MAGIC):
         raise ValueError("not a manifest")
     position = len(_MANIFEST_MAGIC)
@@ -706,6 +838,82 @@ def _read_manifest(dir_fd: int) -> tuple[list[tuple[str, int]], bytes]:
     if position + meta_size != len(data):
         raise ValueError("manifest length")
     return files, data[position:]
+
+
+#: A packed entry (what the second level holds, one file): this line, the manifest's length, the manifest, then
+#: each file's bytes in the manifest's order.
+_PACK_MAGIC = b"offload-cache-pack 1\n"
+
+
+def _pack(files: Mapping[str, str], meta: bytes, destination: str) -> None:
+    """Write ``files`` (name -> path) and ``meta`` as one packed entry to the new file ``destination``."""
+    sources: list[tuple[str, int, int]] = []
+    try:
+        for name, path in files.items():
+            _check_name(name)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            sources.append((name, fd, 0))
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, f"{path} is not a regular file")
+            sources[-1] = (name, fd, info.st_size)
+        manifest = _manifest([(name, size) for name, _, size in sources], meta)
+        out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o600)
+        try:
+            _write_all(out, b"%s%d\n%s" % (_PACK_MAGIC, len(manifest), manifest))
+            for _, fd, size in sources:
+                _copy_fd(fd, out, size)
+        finally:
+            os.close(out)
+    finally:
+        for _, fd, _ in sources:
+            os.close(fd)
+
+
+def _unpack(pack: str, directory: str) -> int:
+    """Write the packed entry ``pack`` into the empty ``directory`` as an entry (its files and ``@manifest``);
+    the bytes written. ValueError where ``pack`` is not a packed entry whole (a name not allowed, a size that does
+    not add up); OSError where it cannot be read or written."""
+    fd = os.open(pack, os.O_RDONLY | _NO_FOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, len(_PACK_MAGIC) + 24, 0)
+        if not head.startswith(_PACK_MAGIC) or b"\n" not in head[len(_PACK_MAGIC):]:
+            raise ValueError("not a packed cache entry")
+        length_text, _, _ = head[len(_PACK_MAGIC):].partition(b"\n")
+        length = _unsigned(length_text.decode("ascii"))
+        start = len(_PACK_MAGIC) + len(length_text) + 1
+        if length > _MAX_MANIFEST_BYTES or start + length > size:
+            raise ValueError("a packed cache entry's manifest is cut short or too large")
+        manifest = os.pread(fd, length, start)
+        listed, _ = _parse_manifest(manifest)
+        offset = start + length
+        if offset + sum(file_size for _, file_size in listed) != size:
+            raise ValueError("a packed cache entry is not the size its manifest says")
+        for name, file_size in listed:
+            out = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o600)
+            try:
+                _copy_fd(fd, out, file_size, offset)
+            finally:
+                os.close(out)
+            offset += file_size
+    finally:
+        os.close(fd)
+    _write_new(os.path.join(directory, _MANIFEST), manifest)
+    return size - start
+
+
+def _scratch_directory() -> str:
+    """A new private directory in ``$TMPDIR`` (else ``/tmp``), for what a read-only cache cannot hold."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, f"offload-cache-{os.urandom(8).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no new directory could be made in {base}")
 
 
 def _unsigned(text: str) -> int:
@@ -770,9 +978,9 @@ def _copy_in(source: str, destination: str) -> int:
         os.close(src)
 
 
-def _copy_fd(src: int, dst: int, size: int | None) -> int:
-    """Copy ``src`` from offset 0 (its file position untouched: an entry's file is read more than once) to
-    ``dst`` at its position: ``size`` bytes (OSError where ``src`` has fewer), or to the end where None. In the
+def _copy_fd(src: int, dst: int, size: int | None, start: int = 0) -> int:
+    """Copy ``src`` from offset ``start`` (its file position untouched: an entry's file is read more than once)
+    to ``dst`` at its position: ``size`` bytes (OSError where ``src`` has fewer), or to the end where None. In the
     kernel (``copy_file_range``: a reflink where the file system can) where it can, else with pread."""
     copied = 0
     fast = hasattr(os, "copy_file_range")
@@ -781,13 +989,13 @@ def _copy_fd(src: int, dst: int, size: int | None) -> int:
         done = 0
         if fast:
             try:
-                done = os.copy_file_range(src, dst, want, copied)
+                done = os.copy_file_range(src, dst, want, start + copied)
             except OSError as error:
                 if error.errno not in _NO_COPY_RANGE:
                     raise
                 fast = False
         if not done:  # the end, or no copy_file_range here (some file systems answer 0 for "cannot")
-            chunk = os.pread(src, min(want, _CHUNK), copied)
+            chunk = os.pread(src, min(want, _CHUNK), start + copied)
             if not chunk:
                 break
             fast = False
