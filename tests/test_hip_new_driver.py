@@ -117,13 +117,25 @@ def test_offload_compile_and_the_launcher_give_clang_22s_new_driver_objects(samp
         assert done.returncode == 0, done.stderr
     expected = driver_22_object(sample, "saxpy", "gfx90a:xnack+,gfx942", "5eed")
     assert (sample / "saxpy.o").read_bytes() == expected
-    # The launcher follows the driver's own jobs (the wrapper as one job) to the same object.
+    # The launcher runs the wrapper's own steps in its place (a device link per target, the bundler): the same
+    # object, and adding a target compiles and links that target alone.
     monkeypatch.setenv("OFFLOAD_CACHE_DIR", str(tmp_path / "cache"))
+
+    def launched(archs: str) -> list[str]:
+        return [*LAUNCHER, str(LLVM22_BIN / "clang++"), "-x", "hip", *FLAGS, f"--offload-arch={archs}",
+                "-cuid=5eed", "-c", "src/saxpy.hip", "-o", "saxpy.o"]
+
     (sample / "saxpy.o").unlink()
-    ours = run([*LAUNCHER, str(LLVM22_BIN / "clang++"), "-x", "hip", *FLAGS, "--offload-arch=gfx90a:xnack+,gfx942",
-                "-cuid=5eed", "-c", "src/saxpy.hip", "-o", "saxpy.o"], sample)
+    ours = run(launched("gfx90a:xnack+,gfx942"), sample)
     assert ours.returncode == 0, ours.stderr
     assert (sample / "saxpy.o").read_bytes() == expected
+    processes = traced(tmp_path, launched("gfx90a:xnack+,gfx942,gfx1030"), sample, "clang22-add")
+    device = [p.option("-target-cpu") for p in processes if "-fcuda-is-device" in p.argv]
+    linked = [a for p in processes if "--no-default-config" in p.argv for a in p.argv if a.startswith("-mcpu=")]
+    assert device == ["gfx1030"] and linked == ["-mcpu=gfx1030"]
+    assert not [p for p in processes if p.program == "clang-linker-wrapper"]
+    assert (sample / "saxpy.o").read_bytes() == driver_22_object(sample, "saxpy", "gfx90a:xnack+,gfx942,gfx1030",
+                                                                  "5eed")
 
 
 def test_a_wrapper_option_the_split_does_not_follow_is_one_error_naming_it(sample):

@@ -205,7 +205,7 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
         raise UnfollowedJobs("HIP or CUDA without -cuid=: the driver's default CUID hashes the whole command,"
                              " -### included, so no split run gives its objects; pass -cuid=<id> (one per source)"
                              " to cache it per target")
-    jobs = [_Job(index, words, command.source) for index, words in enumerate(found.jobs)]
+    jobs = [_Job(index, words, command.source) for index, words in enumerate(split_compile_time_link(found.jobs))]
     final = command.output
     if not jobs or jobs[-1].output != final:
         raise UnfollowedJobs("the driver's last job does not write the object")
@@ -306,6 +306,75 @@ def copy_file(source: str, destination: str) -> None:
             dst.seek(offset)
             while chunk := src.read(1 << 20):
                 dst.write(chunk)
+
+
+#: The options of Clang 22's compile-time ``clang-linker-wrapper`` (HIP, new offload driver, no RDC) that
+#: :func:`split_compile_time_link` follows: which images, where the bundler is, the fat binary's compression.
+_WRAPPER_FOLLOWED = ("--should-extract=", "--host-triple=amdgcn-amd-amdhsa", "--linker-path=")
+
+
+def split_compile_time_link(jobs: Sequence[Sequence[str]]) -> list[list[str]]:
+    """The driver's jobs with Clang 22's compile-time ``clang-linker-wrapper --emit-fatbin-only`` (and the
+    ``llvm-offload-binary`` that feeds it) replaced by what the wrapper runs: per target, its device link
+    (``clang --target=amdgcn-amd-amdhsa -mcpu=<arch> -flto``, the bitcode named as an object file, as the wrapper
+    names what it extracts), then ``clang-offload-bundler`` with the wrapper's entries (by target descending) to
+    the wrapper's output. So adding a target links that target alone; the other links are hits. Jobs without
+    such a wrapper are returned as they are; a wrapper option not followed raises :class:`UnfollowedJobs`."""
+    wrappers = [job for job in jobs if os.path.basename(job[0]) == "clang-linker-wrapper"]
+    if not wrappers:
+        return [list(job) for job in jobs]
+    wrapper = wrappers[0]
+    packagers = [job for job in jobs if os.path.basename(job[0]) == "llvm-offload-binary"]
+    if len(wrappers) != 1 or "--emit-fatbin-only" not in wrapper or len(packagers) != 1:
+        raise UnfollowedJobs("a linker wrapper at compile time that is not one --emit-fatbin-only of one package")
+    output, device_args, bundler_args = None, [], []
+    words = list(wrapper[1:])
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "-o" and index + 1 < len(words):
+            output = words[index + 1]
+            index += 1
+        elif word.startswith("--device-compiler="):
+            triple, sep, arg = word[len("--device-compiler="):].partition("=")
+            if not sep or triple.startswith("-"):
+                device_args.append(word[len("--device-compiler="):])
+            elif triple == "amdgcn-amd-amdhsa":
+                device_args.append(arg)
+        elif word in ("--compress", "-compress") or word.startswith(("--compression-level=", "-compression-level=")):
+            bundler_args.append("-" + word.lstrip("-"))  # the bundler's spelling, as the wrapper passes it
+        elif not (word == "--emit-fatbin-only" or word.startswith(_WRAPPER_FOLLOWED) or not word.startswith("-")):
+            raise UnfollowedJobs(f"the compile-time linker wrapper has {word}")
+        index += 1
+    images = []
+    for word in packagers[0]:
+        if word.startswith("--image="):
+            fields = dict(part.partition("=")[::2] for part in word[len("--image="):].split(","))
+            if fields.get("triple") != "amdgcn-amd-amdhsa" or not fields.get("file") or not fields.get("arch"):
+                raise UnfollowedJobs(f"the package's image {word} is not an AMDGPU one")
+            images.append((fields["file"], fields["arch"]))
+    if output is None or not images:
+        raise UnfollowedJobs("the compile-time linker wrapper names no output or no image")
+    tools = os.path.dirname(wrapper[0])
+    as_object = {file: file + ".o" for file, _ in images}
+    result: list[list[str]] = []
+    for job in jobs:
+        if job is wrapper:
+            linked = {}
+            for file, arch in images:
+                linked[arch] = file + ".img"
+                result.append([os.path.join(tools, "clang"), "--no-default-config", "-o", linked[arch],
+                               "--target=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-flto", "-Wl,--no-undefined",
+                               as_object[file], *device_args])
+            order = sorted(linked, reverse=True)
+            result.append([os.path.join(tools, "clang-offload-bundler"), "-type=o", "-bundle-align=4096",
+                           "-targets=" + ",".join(["host-x86_64-unknown-linux-gnu",
+                                                    *(f"hip-amdgcn-amd-amdhsa--{arch}" for arch in order)]),
+                           "-input=/dev/null", *(f"-input={linked[arch]}" for arch in order), f"-output={output}",
+                           *bundler_args])
+        elif job is not packagers[0]:
+            result.append([as_object.get(word, word) for word in job])
+    return result
 
 
 def _run_in_parallel(jobs: Sequence[_Job], one: Callable[[_Job], _Outcome], slots: Slots, result: Result) -> None:
