@@ -47,7 +47,9 @@ The cache lives in $OFFLOAD_CACHE_DIR, else offload-cache in the per-user cache 
 ($OFFLOAD_BUILDERS_CACHE_DIR, else $XDG_CACHE_HOME/offload-builders or ~/.cache/offload-builders).
 OFFLOAD_CACHE_DISABLE=1 runs every command unchanged; OFFLOAD_CACHE_RECACHE=1 runs every job and stores it anew;
 OFFLOAD_CACHE_READONLY=1 looks up but stores nothing; OFFLOAD_CACHE_LOGFILE=<file> gets a line per miss saying why;
-OFFLOAD_CACHE_JOBS=<n> runs up to n jobs of one OpenMP compile at once (default 1, as the driver).
+OFFLOAD_CACHE_JOBS=<n> runs up to n jobs of one OpenMP compile at once (default: one after another, as the
+driver, or on make's jobserver slots where there is one). OFFLOAD_REMOTE=grpc://HOST:PORT/INSTANCE adds a REAPI
+cache behind the local one. A link with offloading runs with offload-link in the linker wrapper's place.
 """
 
 
