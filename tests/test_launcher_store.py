@@ -182,6 +182,25 @@ def test_eviction_removes_least_recently_used_first_and_keeps_recent_ones(cache,
     assert all(os.path.isdir(_entry_dir(cache, key)) for key in keys[3:])
 
 
+def test_file_lists_count_in_the_size_and_the_least_recently_used_go_with_the_entries(cache, tmp_path):
+    """The direct mode's file lists are within the size limit: an old key's lists are evicted as entries are (its
+    next lookup is a miss), a recently used key's lists stay, and ``touch_file_lists`` is their LRU clock."""
+    big = [(f"/src/header_{n}.h", "") for n in range(400)]  # a list of some kilobytes
+    keys = [_key(number) for number in range(4)]
+    for key in keys:
+        cache.add_file_list(key, big)
+    now = time.time()
+    for age, key in zip((5000, 4000, 3000, 10), keys):
+        path = os.path.join(cache.root, "lists", key[:2], key)
+        os.utime(path, (now - age, now - age))
+    cache.touch_file_lists(keys[0])  # used just now: it stays
+    one = os.path.getsize(os.path.join(cache.root, "lists", keys[1][:2], keys[1]))
+    cache.set_max_size(3 * one)  # 90%: 2.7 lists, so two go: keys[1] and keys[2], the least recently used
+    assert cache.evict() == 2 * one
+    assert [bool(cache.file_lists(key)) for key in keys] == [True, False, False, True]
+    assert cache.stats()["size"] == 2 * one
+
+
 def test_a_hit_is_the_lru_clock(cache, tmp_path):
     sources = _sources(tmp_path / "src", out_o=b"x" * 1000)
     assert cache.store(KEY_A, sources) and cache.store(KEY_B, sources)

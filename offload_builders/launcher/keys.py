@@ -290,6 +290,8 @@ def lookup_by_files(store: CacheStore, base: str) -> Entry | None:
             now = _recorded(path for path, _ in listed)
             if any(stamp and stamp != recorded for (_, stamp), (_, recorded) in zip(now, listed)):
                 store.add_file_list(base, now)
+            else:
+                store.touch_file_lists(base)  # the LRU clock of the lists, as a hit's entry has one
             return entry
         missed.setdefault(key, listed)
     remote = store.remote()

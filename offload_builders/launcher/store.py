@@ -310,14 +310,16 @@ class CacheStore:
         now = time.time()
         self._remove_stale_temp(now)
         found = self._walk()
-        total = sum(size for _, size, _ in found)
+        lists = self._walk_file_lists()
+        total = sum(size for _, size, _ in found) + sum(size for _, size, _ in lists)
         entries = len(found)
         freed = evicted = 0
         if self.max_size:
             limit = self.max_size * _EVICT_TO_PERCENT // 100
             recent = now - _RECENT_SECONDS
-            found.sort(key=lambda item: item[0])
-            for mtime, size, path in found:
+            listed = {path for _, _, path in lists}
+            candidates = sorted([*found, *lists], key=lambda item: item[0])
+            for mtime, size, path in candidates:
                 if total <= limit or mtime > recent:
                     break  # sorted by mtime: all that follow were used as recently
                 try:
@@ -325,6 +327,14 @@ class CacheStore:
                 except OSError:
                     continue
                 if info.st_mtime > recent:  # a hit since the walk
+                    continue
+                if path in listed:  # a key's file lists: gone, its next lookup is a miss
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        continue
+                    total -= size
+                    freed += size
                     continue
                 if self._discard(path, info) is None:
                     continue
@@ -362,6 +372,15 @@ class CacheStore:
             os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
             replace_private_file(path, "\n\n".join("\n".join(f"{name}\0{recorded}" if recorded else name
                                                                for name, recorded in known) for known in lists))
+        except OSError:
+            pass
+
+    def touch_file_lists(self, key: str) -> None:
+        """Mark ``key``'s file lists used now: eviction removes the least recently used lists with the entries."""
+        if self.read_only:
+            return
+        try:
+            os.utime(self._file_lists_path(key))
         except OSError:
             pass
 
@@ -544,6 +563,25 @@ class CacheStore:
                 except OSError:
                     continue
                 found.append((info.st_mtime, size, entry.path))
+        return found
+
+    def _walk_file_lists(self) -> list[tuple[float, int, str]]:
+        """Every key's file lists as (last use, bytes, path): within the size limit, as the entries are."""
+        found = []
+        try:
+            with os.scandir(os.path.join(self.root, "lists")) as items:
+                shards = [item.path for item in items if item.is_dir(follow_symlinks=False)]
+        except OSError:
+            return []
+        for shard in shards:
+            try:
+                with os.scandir(shard) as items:
+                    for item in items:
+                        info = item.stat(follow_symlinks=False)
+                        if stat.S_ISREG(info.st_mode):
+                            found.append((info.st_mtime, info.st_size, item.path))
+            except OSError:
+                continue
         return found
 
     def _remove_stale_temp(self, now: float) -> None:
