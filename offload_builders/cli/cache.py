@@ -166,14 +166,8 @@ def _link(command: Command) -> int:
 
 def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
     """A miss: the driver's jobs, each from the cache or run here; then the whole command is stored."""
-    from offload_builders.launcher.jobs import (
-        JobsFailed,
-        UnfollowedJobs,
-        driver_jobs,
-        remove_scratch,
-        run_jobs,
-        scratch_directory,
-    )
+    from offload_builders.launcher.jobs import JobsFailed, UnfollowedJobs, driver_jobs, run_jobs
+    from offload_builders.launcher.store import remove_tree, scratch_directory
 
     assert command.output is not None
     found = driver_jobs(command, store, base)
@@ -207,7 +201,7 @@ def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:
             listed = [*result.read, *(program_entry(program) for program in result.programs)]
             store_by_files(store, base.hex(), listed, files, os.fsencode(result.depfile or ""))
         finally:
-            remove_scratch(scratch)
+            remove_tree(scratch)
     return 0
 
 

@@ -45,7 +45,7 @@ from offload_builders.launcher.keys import (
     program_identity,
     store_by_files,
 )
-from offload_builders.launcher.store import CacheStore, Entry
+from offload_builders.launcher.store import CacheStore, Entry, remove_tree, scratch_directory
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -251,43 +251,8 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
         copy_file(names[last.index], partial)
         os.replace(partial, output)
     finally:
-        remove_scratch(scratch)
+        remove_tree(scratch)
     return result
-
-
-def scratch_directory() -> str:
-    """A new private directory for one command's temporary files, in ``$TMPDIR`` (else ``/tmp``), as
-    ``tempfile.mkdtemp`` makes one (a random name, ``0700``, never an existing one) without importing
-    ``tempfile`` and ``shutil`` (with ``random``, ``fnmatch``, ``bz2``, ``lzma``) into every miss."""
-    base = os.environ.get("TMPDIR") or "/tmp"
-    for _ in range(100):
-        path = os.path.join(base, f"offload-cache-{os.urandom(8).hex()}")
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"no new directory could be made in {base}")
-
-
-def remove_scratch(path: str) -> None:
-    """Remove what :func:`scratch_directory` made, with everything in it (no links followed)."""
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            remove_scratch(entry.path)
-        else:
-            try:
-                os.unlink(entry.path)
-            except OSError:
-                pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass
 
 
 def copy_file(source: str, destination: str) -> None:
@@ -614,4 +579,5 @@ def _print(data: bytes, colour: str) -> None:
         sys.stderr.buffer.flush()
 
 
-__all__ = ["DriverJobs", "JobsFailed", "Result", "UnfollowedJobs", "driver_jobs", "run_jobs"]
+__all__ = ["DriverJobs", "JobsFailed", "Result", "UnfollowedJobs", "copy_file", "driver_jobs", "failure_message",
+           "job_slots_for", "run_jobs", "split_compile_time_link"]

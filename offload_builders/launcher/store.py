@@ -188,7 +188,7 @@ class CacheStore:
             if not self._install(temp, path):
                 return True
         except OSError:
-            _remove_tree(temp)
+            remove_tree(temp)
             return False
         self._added({"stores": 1, "entries": 1, "size": total})
         return True
@@ -205,7 +205,7 @@ class CacheStore:
         except OSError as error:
             if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-            _remove_tree(temp)  # another launcher stored it first: keep theirs
+            remove_tree(temp)  # another launcher stored it first: keep theirs
             return False
         return True
 
@@ -239,7 +239,7 @@ class CacheStore:
         if level is None or not level.fetches:
             return None
         try:
-            download = _scratch_directory() if self.read_only else self._make_temp("download")
+            download = scratch_directory() if self.read_only else self._make_temp("download")
         except OSError:
             return None
         entry: Entry | None = None
@@ -258,7 +258,7 @@ class CacheStore:
                     total = _unpack(pack, unpacked)
                     installed = self._install(unpacked, path)
                 except BaseException:
-                    _remove_tree(unpacked)
+                    remove_tree(unpacked)
                     raise
                 if installed:
                     self._added({"entries": 1, "size": total})
@@ -268,7 +268,7 @@ class CacheStore:
         except OSError:  # no room here: a miss
             pass
         finally:
-            _remove_tree(download)
+            remove_tree(download)
         if entry is not None:
             self._add({"remote-hits": 1})
         return entry
@@ -286,7 +286,7 @@ class CacheStore:
         except OSError:  # a file gone meanwhile, no room for the pack: not shared
             pass
         finally:
-            _remove_tree(temp)
+            remove_tree(temp)
 
     def evict(self) -> int:
         """Remove least-recently-used entries until the size is at most 90% of :attr:`max_size`, never one used in
@@ -410,7 +410,7 @@ class CacheStore:
                 os.rename(os.path.join(self.root, "lists"), self._temp_name("cleared"))
             except OSError:
                 pass
-            _remove_tree(os.path.join(self.root, "tmp"))
+            remove_tree(os.path.join(self.root, "tmp"))
             self._set_content_counters(0, 0)
         finally:
             os.close(lock)
@@ -536,7 +536,7 @@ class CacheStore:
             os.rename(path, doomed)
         except OSError:
             return None
-        return _remove_tree(doomed)
+        return remove_tree(doomed)
 
     def _walk(self) -> list[tuple[float, int, str]]:
         """Every entry as (last use, bytes, path)."""
@@ -592,7 +592,7 @@ class CacheStore:
         except OSError:
             return
         for path in stale:
-            _remove_tree(path)
+            remove_tree(path)
 
     def _lock(self, *, blocking: bool) -> int | None:
         """The cache-wide lock's file descriptor (closing it unlocks), or None where another process holds it
@@ -941,8 +941,10 @@ def _unpack(pack: str, directory: str) -> int:
     return size - start
 
 
-def _scratch_directory() -> str:
-    """A new private directory in ``$TMPDIR`` (else ``/tmp``), for what a read-only cache cannot hold."""
+def scratch_directory() -> str:
+    """A new private directory in ``$TMPDIR`` (else ``/tmp``), as ``tempfile.mkdtemp`` makes one (a random name,
+    ``0700``, never an existing one) without importing ``tempfile`` and ``shutil`` into every compile: a
+    command's temporary files, and what a read-only cache cannot hold."""
     base = os.environ.get("TMPDIR") or "/tmp"
     for _ in range(100):
         path = os.path.join(base, f"offload-cache-{os.urandom(8).hex()}")
@@ -1045,7 +1047,7 @@ def _copy_fd(src: int, dst: int, size: int | None, start: int = 0) -> int:
     return copied
 
 
-def _remove_tree(path: str) -> int:
+def remove_tree(path: str) -> int:
     """Delete ``path`` and what is in it (an entry, a temporary directory, a shard of entries); the bytes of the
     files deleted. Never raises: what cannot be deleted stays for the next eviction or clearing."""
     try:
@@ -1064,7 +1066,7 @@ def _remove_tree(path: str) -> int:
     for item in found:
         try:
             if item.is_dir(follow_symlinks=False):
-                freed += _remove_tree(item.path)
+                freed += remove_tree(item.path)
             else:
                 size = item.stat(follow_symlinks=False).st_size
                 os.unlink(item.path)
@@ -1087,4 +1089,4 @@ def _format_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-__all__ = ["DEFAULT_MAX_SIZE", "CacheStore", "Entry", "parse_size"]
+__all__ = ["DEFAULT_MAX_SIZE", "CacheStore", "Entry", "parse_size", "remove_tree", "scratch_directory"]

@@ -35,26 +35,23 @@ PROBE_CUID = "offloadprobecuid"
 CUID_PATTERN = re.compile(r"[A-Za-z0-9_]+")
 
 
+def _last_switch(flags: Iterable[str], on: str, off: str) -> bool:
+    """Whether the last of ``on`` and ``off`` among ``flags`` is ``on`` (as Clang reads a flag and its negation)."""
+    chosen = False
+    for flag in flags:
+        if flag in (on, off):
+            chosen = flag == on
+    return chosen
+
+
 def is_rdc(flags: Iterable[str]) -> bool:
     """Whether ``flags`` select relocatable device code (the last ``-f[no-]gpu-rdc`` wins, as in Clang)."""
-    rdc = False
-    for flag in flags:
-        if flag == "-fgpu-rdc":
-            rdc = True
-        elif flag == "-fno-gpu-rdc":
-            rdc = False
-    return rdc
+    return _last_switch(flags, "-fgpu-rdc", "-fno-gpu-rdc")
 
 
 def uses_new_driver(flags: Iterable[str]) -> bool:
     """Whether ``flags`` ask for the new offload driver (the last ``--[no-]offload-new-driver`` wins)."""
-    new = False
-    for flag in flags:
-        if flag == "--offload-new-driver":
-            new = True
-        elif flag == "--no-offload-new-driver":
-            new = False
-    return new
+    return _last_switch(flags, "--offload-new-driver", "--no-offload-new-driver")
 
 
 def mode_flags(flags: Sequence[str], selection: Sequence[str]) -> tuple[str, ...]:
