@@ -661,6 +661,9 @@ def test_links_through_cmakes_linker_launcher_link_only_the_added_targets_image(
     assert [p for p in processes if p.program == "clang-linker-wrapper"]  # the shim, not the driver's
     assert not [p for p in processes if p.argv[0].startswith(str(LLVM19_BIN / "clang-linker-wrapper"))]
     assert images("gfx90a") and not images("gfx1030")
+    # The images offload-link keeps are in this cache (its size limit counts them), not in the per-user cache.
+    slots = [path for path in (tree / "cache" / "kept-images").iterdir() if path.is_dir()]
+    assert len(slots) == 1 and any(slots[0].iterdir())
     configure("gfx90a,gfx1030")
     processes = traced(tree, [cmake, "--build", str(tree / "build")], tree, "link-add")
     linked = [a.removeprefix("-plugin-opt=mcpu=") for p in processes if p.kind == "device link: ld.lld"
@@ -672,6 +675,14 @@ def test_links_through_cmakes_linker_launcher_link_only_the_added_targets_image(
     assert (ran.returncode, ran.stdout) == (0, "90\n"), ran.stderr
     log = (tree / "cache.log").read_text()
     assert log.count("link through offload-link") == 2
+    # Evicted least recently used with the entries, once old enough.
+    from offload_builders.launcher.store import CacheStore
+
+    store = CacheStore(str(tree / "cache"))
+    old = time.time() - 5000
+    os.utime(slots[0], (old, old))
+    store.set_max_size(1)
+    assert store.evict() > 0 and not slots[0].exists()
     # A link the driver runs no wrapper for, and one with a wrapper option offload-link refuses: unchanged.
     assert run([*LAUNCHER, CLANGXX, "-fopenmp", "build/CMakeFiles/prog.dir/src/main.cpp.o",
                 "build/CMakeFiles/prog.dir/src/kernel.cpp.o", "-o", "host-only"], tree).returncode != 0

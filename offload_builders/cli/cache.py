@@ -57,12 +57,15 @@ def _set(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 
 
-def _run_unchanged(argv: Sequence[str]) -> int:
-    """Run the compiler as it was asked for (this process becomes it)."""
+def _run_unchanged(argv: Sequence[str], environ: dict[str, str] | None = None) -> int:
+    """Run the compiler as it was asked for (this process becomes it), in ``environ`` where given."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execvp(argv[0], list(argv))
+        if environ is None:
+            os.execvp(argv[0], list(argv))
+        else:
+            os.execvpe(argv[0], list(argv), environ)
     except OSError as error:
         print(f"{PROG}: error: cannot run '{argv[0]}': {error.strerror}", file=sys.stderr)
         return 127
@@ -161,7 +164,14 @@ def _link(command: Command) -> int:
         _log(f"link runs unchanged: {why}: {' '.join(argv)}")
         return _run_unchanged(argv)
     _log(f"link through offload-link: {' '.join(argv)}")
-    return _run_unchanged(shimmed)
+    environ = dict(os.environ)
+    store = CacheStore.open()
+    if store is not None and not store.read_only:  # the kept images count in this cache's size limit
+        from offload_builders.launcher.store import KEPT_IMAGES
+        from offload_builders.linking.kept_images import DIRECTORY_VARIABLE
+
+        environ[DIRECTORY_VARIABLE] = os.path.join(store.root, KEPT_IMAGES)
+    return _run_unchanged(shimmed, environ)
 
 
 def _compile(command: Command, store: CacheStore, base: Key, cwd: str) -> int:

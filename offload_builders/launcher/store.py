@@ -65,6 +65,8 @@ _EVICT_TO_PERCENT = 90
 #: Temporary directories older than this were left by killed launchers: eviction removes them.
 _STALE_TEMP_SECONDS = 3600
 
+#: The directory of the kept images of the links the launcher runs (``$OFFLOAD_KEPT_IMAGES_DIR`` for them).
+KEPT_IMAGES = "kept-images"
 #: The file lists kept per key (the most recent first), and the largest such file read.
 _MAX_FILE_LISTS = 8
 _MAX_FILE_LISTS_BYTES = 4 << 20
@@ -310,7 +312,7 @@ class CacheStore:
         now = time.time()
         self._remove_stale_temp(now)
         found = self._walk()
-        lists = self._walk_file_lists()
+        lists = [*self._walk_file_lists(), *self._walk_kept_images()]
         total = sum(size for _, size, _ in found) + sum(size for _, size, _ in lists)
         entries = len(found)
         freed = evicted = 0
@@ -328,10 +330,13 @@ class CacheStore:
                     continue
                 if info.st_mtime > recent:  # a hit since the walk
                     continue
-                if path in listed:  # a key's file lists: gone, its next lookup is a miss
-                    try:
-                        os.unlink(path)
-                    except OSError:
+                if path in listed:  # a key's file lists (its next lookup is a miss) or a link's kept images
+                    if stat.S_ISREG(info.st_mode):
+                        try:
+                            os.unlink(path)
+                        except OSError:
+                            continue
+                    elif self._discard(path, info) is None:
                         continue
                     total -= size
                     freed += size
@@ -406,10 +411,11 @@ class CacheStore:
                     os.rename(shard, doomed)  # gone at once for readers, deleted below
                 except OSError:
                     continue
-            try:
-                os.rename(os.path.join(self.root, "lists"), self._temp_name("cleared"))
-            except OSError:
-                pass
+            for kept in ("lists", KEPT_IMAGES):
+                try:
+                    os.rename(os.path.join(self.root, kept), self._temp_name("cleared"))
+                except OSError:
+                    pass
             remove_tree(os.path.join(self.root, "tmp"))
             self._set_content_counters(0, 0)
         finally:
@@ -563,6 +569,25 @@ class CacheStore:
                 except OSError:
                     continue
                 found.append((info.st_mtime, size, entry.path))
+        return found
+
+    def _walk_kept_images(self) -> list[tuple[float, int, str]]:
+        """The slots of the images ``offload-link`` keeps for the links this launcher runs (``kept-images/``, see
+        :mod:`offload_builders.linking.kept_images`) as (last use, bytes, path): within the size limit too."""
+        found = []
+        try:
+            with os.scandir(os.path.join(self.root, KEPT_IMAGES)) as items:
+                slots = [item for item in items if item.is_dir(follow_symlinks=False)]
+        except OSError:
+            return []
+        for slot in slots:
+            try:
+                info = slot.stat(follow_symlinks=False)
+                with os.scandir(slot.path) as files:
+                    size = sum(item.stat(follow_symlinks=False).st_size for item in files)
+            except OSError:
+                continue
+            found.append((info.st_mtime, size, slot.path))
         return found
 
     def _walk_file_lists(self) -> list[tuple[float, int, str]]:
@@ -1089,4 +1114,5 @@ def _format_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-__all__ = ["DEFAULT_MAX_SIZE", "CacheStore", "Entry", "parse_size", "remove_tree", "scratch_directory"]
+__all__ = ["DEFAULT_MAX_SIZE", "CacheStore", "Entry", "KEPT_IMAGES", "parse_size", "remove_tree",
+           "scratch_directory"]

@@ -16,8 +16,9 @@ without it. The host CPU's device link is not kept, as it is not cached remotely
 the linker's own search.
 
 Slots are per output path (a program's images replace that program's earlier ones); the least recently used
-beyond :data:`MAX_SLOTS`, or beyond :data:`MAX_BYTES` of images in all, are removed. ``OFFLOAD_BUILDERS_CACHE_DIR=``
-(empty) turns this off with the other caches.
+beyond :data:`MAX_SLOTS`, or beyond :data:`MAX_BYTES` of images in all, are removed.
+``$OFFLOAD_KEPT_IMAGES_DIR`` names another directory of slots (the compiler launcher's cache, whose size limit
+then counts them too); without it, ``OFFLOAD_BUILDERS_CACHE_DIR=`` (empty) turns this off with the other caches.
 
 What is linked in from here is trusted as the link's own output, so the directories are checked as every directory
 the tool trusts (:func:`~offload_builders.private_dirs.private_directory`: this user's, written by no one else, on a
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 
 #: The per-user cache's directory of slots.
 DIRECTORY = "kept-images"
+#: A directory of slots to use instead (absolute): the compiler launcher, ``offload-cache``, puts the kept images of
+#: the links it runs in its own cache, whose size limit then counts them.
+DIRECTORY_VARIABLE = "OFFLOAD_KEPT_IMAGES_DIR"
 #: Output paths whose images are kept (the most recently linked ones).
 MAX_SLOTS = 32
 #: Bytes of images kept in all slots together; also the largest image kept or read.
@@ -132,11 +136,12 @@ def kept_images(output: str) -> KeptImages | None:
     :data:`MAX_SLOTS` and :data:`MAX_BYTES`."""
     from offload_builders.toolchain import user_cache_dir
 
-    cache = user_cache_dir()
-    if cache is None:
+    chosen = os.environ.get(DIRECTORY_VARIABLE, "")
+    cache = None if os.path.isabs(chosen) else user_cache_dir()
+    if cache is None and not os.path.isabs(chosen):
         return None
     try:
-        directory = private_directory(os.path.join(cache, DIRECTORY))
+        directory = private_directory(chosen if os.path.isabs(chosen) else os.path.join(str(cache), DIRECTORY))
     except ToolchainError:
         return None
     name = hashlib.sha256(os.path.abspath(output).encode("utf-8", "surrogateescape")).hexdigest()[:32]
@@ -171,4 +176,4 @@ def _prune(directory: str, keep: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-__all__ = ["DIRECTORY", "MAX_BYTES", "MAX_SLOTS", "KeptImages", "job_key", "kept_images"]
+__all__ = ["DIRECTORY", "DIRECTORY_VARIABLE", "MAX_BYTES", "MAX_SLOTS", "KeptImages", "job_key", "kept_images"]
