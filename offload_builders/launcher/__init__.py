@@ -5,3 +5,9 @@ driver's own jobs (from ``-###``) one by one, each output kept under a key of wh
 offload target runs that target's device jobs and the embed step only. This package imports nothing heavy at
 start-up: the launcher runs for every compile.
 """
+
+#: Marks a program in a file list (the direct mode's lists, :mod:`offload_builders.launcher.store`): it is checked
+#: by its identity (size, mtime: ``keys.program_identity``), not hashed whole (a linker is tens of megabytes). No
+#: path holds a NUL, so no file name can look like it. Here, below the store, the keys and the second level, which
+#: all read it.
+PROGRAM = "\0program "

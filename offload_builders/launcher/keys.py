@@ -34,6 +34,8 @@ from __future__ import annotations
 import os
 import time
 
+from offload_builders.launcher import PROGRAM
+
 try:  # BLAKE2 is built into CPython: no OpenSSL to load, which hashlib does (milliseconds of every compile)
     from _blake2 import blake2b
 except ImportError:  # another Python
@@ -230,9 +232,6 @@ def command_key(compiler: str, words: Sequence[str], cwd: str, environ: Mapping[
     return key
 
 
-#: Marks a program in a file list: it is checked by :func:`program_identity` (size, mtime), not hashed whole (a
-#: linker is tens of megabytes). No path holds a NUL, so no file name can look like it.
-PROGRAM = "\0program "
 
 
 def program_entry(program: str) -> str:
@@ -332,6 +331,6 @@ def store_by_files(store: CacheStore, base: str, read: Sequence[str], files: Map
             remote.store_file_lists(base, [list(read), *local])
 
 
-__all__ = ["ENVIRONMENT", "PROGRAM", "RACY_SECONDS", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest",
+__all__ = ["ENVIRONMENT", "RACY_SECONDS", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest",
            "files_part", "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
            "records_directory", "store_by_files"]

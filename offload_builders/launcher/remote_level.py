@@ -56,7 +56,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from offload_builders.launcher.keys import PROGRAM
+from offload_builders.launcher import PROGRAM
 from offload_builders.remote.cli_jobs import remote_steps
 
 if TYPE_CHECKING:
