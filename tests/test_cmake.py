@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, copy_sample_for_ninja
+from conftest import REPO_ROOT, copy_sample_for_ninja, write_cli_shims
 from offload_builders import __version__
 from offload_builders.toolchain import find_toolchain
 from test_process_counts import Process, read_trace
@@ -380,3 +380,84 @@ def test_cmake_errors_are_one_line_naming_the_target_id_or_the_tool(project):
     assert line == "OFFLOAD_SOURCE_ROOT '/nonexistent' is not a directory"
     line = configure_error(project, OFFLOAD_CLANG="/nonexistent/clang")
     assert line.startswith("OffloadBuilders: offload-link: error: no Clang found") and "/nonexistent/clang" in line
+
+
+# --- CUDA with Clang 22: a target-list change reruns only the device compiles the list changes (Ninja) -------
+
+ARCH_LIST_CMAKE = textwrap.dedent("""
+    cmake_minimum_required(VERSION 3.20)
+    project(archlist CXX)
+    find_package(OffloadBuilders REQUIRED)
+    offload_add_library(k STATIC scale.cu shift.cu uses.cu CUDA_FLAGS -O2 -I${CMAKE_SOURCE_DIR} -I${CURAND_INCLUDE})
+""")
+#: A source whose device code holds the list (an array of its values): its preprocessed text changes with it.
+USES_CU = textwrap.dedent("""
+    #include "cuda_min.h"
+    __device__ int listed[] = {__CUDA_ARCH_LIST__};
+    __global__ void uses(int *x) { x[0] = listed[1]; }
+    void launch_uses(int *x) { uses<<<1, 1>>>(x); }
+""")
+
+
+def _cuda_kind(process: Process) -> str:
+    args = process.argv
+    if "-cc1" in args:
+        if "-E" in args:
+            return "list check"
+        return "device compile" if "-fcuda-is-device" in args else "host compile"
+    return process.program
+
+
+@pytest.mark.parametrize("which", ["wheel", "system"])
+def test_cmake_clang22_adding_a_cuda_target_reruns_only_the_device_compiles_the_list_changes(tmp_path, llvm22, cuda,
+                                                                                             monkeypatch, which):
+    """OFFLOAD_CUDA_ARCH_LIST with Clang 22 under Ninja: each device command takes the list from a file
+    (``--targets-file``, not on its command line) and depends on its ``arch-list-check`` record instead. Adding
+    sm_86 to two plain sources built for sm_80,sm_90 runs sm_86's device compile and ptxas alone per source (plus
+    a list check per target: one ``-cc1 -E``), the fat binaries and host compiles; a source whose device code
+    holds the list reruns all three. Before, every device command carried ``--targets``: 9 device compiles and
+    9 ptxas. Each object's ``.nv_fatbin`` is the driver's one command's for all three targets, byte for byte; a
+    no-op runs nothing, before and after."""
+    from offload_builders.models.gpu import default_cuid
+    from test_cuda import CUDA_MIN_H, SCALE_CU, SHIFT_CU, _nv_fatbin, curand_include
+
+    root = tmp_path / "archlist"
+    (root / "cmake").mkdir(parents=True)
+    (root / "cmake" / "CMakeLists.txt").write_text(ARCH_LIST_CMAKE)
+    for name, text in (("cuda_min.h", CUDA_MIN_H), ("scale.cu", SCALE_CU), ("shift.cu", SHIFT_CU),
+                       ("uses.cu", USES_CU)):
+        (root / "cmake" / name).write_text(text)
+    write_cli_shims(tmp_path / "bin")
+    monkeypatch.setenv("OFFLOAD_CLANG", str(llvm22("clang")))
+    include = curand_include()
+    tool = cmake(which)
+    project = root
+
+    def configure_for(archs: str) -> None:
+        run(project, tool, "-G", "Ninja", "-S", "cmake", "-B", "build", f"-DOffloadBuilders_DIR={cmake_dir()}",
+            f"-DOFFLOAD_ARCHS={archs}", "-DOFFLOAD_CUDA_ARCH_LIST=ON", f"-DCURAND_INCLUDE={include}")
+
+    configure_for("sm_80,sm_90")
+    first = build(project, tmp_path, tool=tool)
+    assert len(first.nodes("arch-list-check")) == len(first.nodes("device")) == 6
+    assert_no_op(build(project, tmp_path, tool=tool))
+    device_lines = [line for line in offload_commands(project) if " device " in line]
+    assert device_lines and all("--targets-file " in line and "--targets " not in line for line in device_lines)
+
+    configure_for("sm_80,sm_90,sm_86")
+    added = build(project, tmp_path, tool=tool)
+    kinds = collections.Counter(_cuda_kind(p) for p in added.processes if _cuda_kind(p) in (
+        "device compile", "list check", "host compile", "ptxas", "fatbinary"))
+    assert kinds == {"device compile": 5, "ptxas": 5, "list check": 9, "fatbinary": 3, "host compile": 3}, kinds
+    assert sorted(added.nodes("device")) == [("device", "scale.cu", "sm_86"), ("device", "shift.cu", "sm_86"),
+                                             ("device", "uses.cu", "sm_80"), ("device", "uses.cu", "sm_86"),
+                                             ("device", "uses.cu", "sm_90")]
+    assert_no_op(build(project, tmp_path, tool=tool))
+    for stem in ("scale", "shift", "uses"):
+        reference = root / f"{stem}.reference.o"
+        subprocess.run([str(llvm22("clang++")), "-x", "cuda", "--cuda-gpu-arch=sm_80", "--cuda-gpu-arch=sm_90",
+                        "--cuda-gpu-arch=sm_86", f"-cuid={default_cuid(f'{stem}.cu')}", "--cuda-path=/usr/local/cuda",
+                        "-O2", "-I.", f"-I{include}", "-isystem", "/usr/local/cuda/include/cccl", "-c", f"{stem}.cu",
+                        "-o", str(reference)], cwd=root / "cmake", check=True, capture_output=True)
+        ours = root / "build" / "k.offload" / f"{stem}.cu.o"
+        assert _nv_fatbin(llvm22, ours) == _nv_fatbin(llvm22, reference), stem

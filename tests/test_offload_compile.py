@@ -372,9 +372,80 @@ def test_check_prints_the_canonical_list(work):
     (["host", "k.hip", "--fatbin", "k.cpp", "-o", "x", "--", "-cuid=abc"], "the compile flag '-cuid=abc' sets the"),
     (["device", "k.cu", "--target", "gfx90a", "-o", "x"], "--target: CUDA offload targets must be NVPTX"),
     (["embed", "k.cu", "--host-bc", "k.cpp", "--package", "k.cpp", "-o", "x"], "embed: 'k.cu' is CUDA"),
+    (["device", "k.cu", "--target", "sm_90", "--targets", "sm_90", "--targets-file", "k.cpp", "-o", "x"],
+     "device: --targets and --targets-file both give the target list"),
+    (["host", "k.cu", "--fatbin", "k.cpp", "--targets-file", "k.cpp", "-o", "x"],
+     "host: --targets-file is for `device` of CUDA (.cu) sources"),
+    (["device", "k.hip", "--target", "gfx90a", "--targets-file", "k.cpp", "-o", "x"],
+     "device: --targets-file is for CUDA (.cu) sources"),
+    (["device", "k.cu", "--target", "sm_90", "--targets-file", "nope", "-o", "x"],
+     "--targets-file: cannot read 'nope'"),
+    (["device", "k.cu", "--target", "sm_90", "--targets-file", "inc/k.hpp", "-o", "x"],
+     "--targets-file: 'inc/k.hpp': --targets: invalid target ID"),
+    (["arch-list-check", "k.hip", "--target", "gfx90a", "-o", "x"], "arch-list-check: 'k.hip' is not CUDA (.cu)"),
+    (["arch-list-check", "k.cu", "--target", "sm_90"], "arch-list-check: -o is required"),
+    (["arch-list-check", "k.cu", "--target", "sm_90", "-o", "x", "--fatbin", "k.cpp"],
+     "arch-list-check: --fatbin is not for arch-list-check"),
 ])
 def test_bad_input_is_one_line_naming_it(work, args, message):
     done = oc(work, *args, check=False)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("offload-compile: error: ") and done.stderr.count("\n") == 1, done.stderr
     assert message in done.stderr
+
+
+# --- CUDA: the list check (arch-list-check) and a device compile taking the list from a file (Clang 22) -------
+
+def test_cuda_arch_list_check_records_what_the_list_changes(tmp_path, llvm22, cuda):
+    """``arch-list-check`` (Clang 22): a plain source's record keeps its bytes and mtime when a target is added,
+    so a device command depending on it does not rerun; a source whose device code holds the list gets a new
+    record. Its depfile names the output, the source and the header the preprocessing read, and the compiler.
+    ``device --targets-file`` (the list in a file, off the command line) gives the cubin ``--targets`` gives.
+    With Clang 19, which defines no list, the record does not depend on it."""
+    from test_cuda import CUDA_MIN_H
+    from test_cuda_arch_list import LIST_CU
+
+    (tmp_path / "cuda_min.h").write_text(CUDA_MIN_H)
+    (tmp_path / "plain.cu").write_text('#include "cuda_min.h"\n__global__ void k(float *x) { x[0] = 2; }\n')
+    (tmp_path / "list.cu").write_text(LIST_CU)
+    flags = ["-I.", "-nocudainc", "-nocudalib"]
+    clang22 = dict(os.environ, OFFLOAD_CLANG=str(llvm22("clang")))
+
+    def check(source: str, targets: str, environ: dict[str, str] = clang22) -> Path:
+        record = tmp_path / f"{source}.sm_80.archlist"
+        done = subprocess.run([*OFFLOAD_COMPILE, "arch-list-check", source, "--target", "sm_80", "--targets",
+                               targets, "-o", record.name, "--depfile", f"{record.name}.d", "--source-root", ".",
+                               "--", *flags], cwd=tmp_path, capture_output=True, text=True, env=environ)
+        assert done.returncode == 0, done.stderr
+        return record
+
+    old = 1_000_000_000
+    records = {}
+    for source in ("plain.cu", "list.cu"):
+        record = check(source, "sm_80,sm_90")
+        records[source] = record.read_text()
+        assert records[source].startswith("offload __CUDA_ARCH_LIST__ check 1\npreprocessed: sha256:")
+        os.utime(record, (old, old))
+        target, deps = depfile_rule(tmp_path / f"{record.name}.d")
+        assert target == record.name and deps[:2] == [source, "cuda_min.h"]
+        assert os.path.realpath(llvm22("clang")) in deps
+        check(source, "sm_90,sm_80")  # the same list: the same record, untouched
+        assert record.stat().st_mtime == old
+    plain = check("plain.cu", "sm_80,sm_90,sm_86")
+    assert plain.read_text() == records["plain.cu"] and plain.stat().st_mtime == old
+    listed = check("list.cu", "sm_80,sm_90,sm_86")
+    assert listed.read_text() != records["list.cu"] and listed.stat().st_mtime != old
+    assert not list(tmp_path.glob("*.partial"))
+
+    (tmp_path / "list.txt").write_text("sm_90,sm_80\n")
+    for option in (["--targets", "sm_80,sm_90"], ["--targets-file", "list.txt"]):
+        name = f"list.{option[0].strip('-')}.cubin"
+        subprocess.run([*OFFLOAD_COMPILE, "device", "list.cu", "--target", "sm_80", *option, "-o", name,
+                        "--depfile", f"{name}.d", "--cuid", "c", "--", *flags], cwd=tmp_path, check=True, env=clang22)
+        assert "list.txt" not in (tmp_path / f"{name}.d").read_text()
+    assert (tmp_path / "list.targets.cubin").read_bytes() == (tmp_path / "list.targets-file.cubin").read_bytes()
+
+    clang19 = dict(os.environ, OFFLOAD_CLANG=str(find_toolchain().clang))
+    if find_toolchain().major < 20:
+        first = check("list.cu", "sm_80", clang19).read_text()
+        assert check("list.cu", "sm_80,sm_90", clang19).read_text() == first and "defines no" in first

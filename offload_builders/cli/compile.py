@@ -27,7 +27,19 @@ SCons tool's link. ``--offload-compress`` in the flags compresses a HIP fat bina
 
 A CUDA ``device`` or ``host`` compile also takes ``--targets T1,T2``, all the source's targets: from Clang 20
 the driver defines ``__CUDA_ARCH_LIST__`` from them in every job (CUB and Thrust name their namespace after
-it, so host and cubins must agree), and there it is required; Clang 19 defines none and ignores it.
+it, so host and cubins must agree), and there it is required; Clang 19 defines none and ignores it. Ninja
+reruns a command whose line changes, so a ``device`` with ``--targets`` reruns whenever the list does; the list
+check avoids that where the list cannot change the device compile's output (as the SCons tool's)::
+
+    offload-compile arch-list-check SRC.cu --target T --targets T1,T2 -o X.T.archlist [--depfile D] [-- FLAGS]
+    offload-compile device SRC.cu --target T --targets-file LIST -o X.T.cubin [--depfile D] [-- FLAGS]
+
+``arch-list-check`` runs T's device ``-cc1`` (as ``device`` renders it, with the list) with ``-E -dD`` and
+writes the digest of that text without the list's own ``#define`` (or the list itself where the text cannot
+tell: a ``#pragma`` the list can reach, flags recording macros or the command line, a failed preprocessing),
+left untouched when unchanged; ``device`` reads the list from ``LIST`` (a file the build system writes when it
+is set up, not named in its depfile) and the build makes it depend on the record: with ``restat`` it reruns
+where the record changed.
 
 Host and device compiles of a non-RDC source share one CUID: ``--cuid C``, else 16 hex digits of the MD5
 of the source's path relative to ``--source-root DIR`` (the SCons tool's rule when DIR is its top
@@ -108,6 +120,10 @@ HIP (.hip) and CUDA (.cu) sources:
                       [-- <flags>]
        {PROG} host    SRC --fatbin <fatbin> -o <obj> [--cuid <C>] [--source-root <dir>] [--depfile <file>] [-- <flags>]
   CUDA device and host also take --targets <ID,...>, all the source's targets (required from Clang 20)
+       {PROG} arch-list-check SRC.cu --target <ID> --targets <ID,...> -o <record> [--depfile <file>] [-- <flags>]
+                      CUDA: record what the list changes of that device compile (its -E -dD text's digest
+                      without the list's #define, else the list); a device taking the list by --targets-file and
+                      depending on the record reruns only where the list changes its output
   with -fgpu-rdc in the flags: device (bitcode or relocatable cubin), package (as above), host --package <pkg>
 
 OPTIONS:
@@ -118,6 +134,8 @@ OPTIONS:
   --target <ID>        - The target ID of a device compile (NVPTX: includes ptxas; the output is the cubin)
   --targets <ID,...>   - The target IDs of the package's or fat binary's images, in the images' order; CUDA
                          device and host: all the source's targets, whose __CUDA_ARCH_LIST__ Clang 20+ defines
+  --targets-file <file> - CUDA device: --targets read from <file> (one line), so the list is not on the command
+                         line (the device depends on its arch-list-check record instead)
   --host-bc <file>     - The host bitcode (made by `{PROG} host`, with its .identity file)
   --package <file>     - The offload package to embed (OpenMP; HIP and CUDA with -fgpu-rdc)
   --fatbin <file>      - HIP, CUDA: the fat binary (made by `{PROG} bundle`) the host compile includes
@@ -272,8 +290,17 @@ def _bundle(opts: PhaseOptions) -> int:
     return bundle(opts)
 
 
+def _arch_list_check(opts: PhaseOptions) -> int:
+    if not opts.positional:
+        raise UsageError("arch-list-check: no source file given")
+    from offload_builders.cli.gpu_phases import arch_list_check
+
+    return arch_list_check(opts)
+
+
 _PHASES = {"host": _compile_phase, "device": _compile_phase, "package": _compile_phase, "embed": _embed,
-           "bundle": _bundle, "check": _check, "compdb-args": _compdb_args, "compdb": _compdb}
+           "bundle": _bundle, "arch-list-check": _arch_list_check, "check": _check, "compdb-args": _compdb_args,
+           "compdb": _compdb}
 
 
 def _main(opts: PhaseOptions) -> int:
@@ -285,6 +312,8 @@ def _main(opts: PhaseOptions) -> int:
     check_flags(opts.flags)
     if opts.model is not None and opts.command != "check":
         raise UsageError(f"{opts.command}: --model is for check (a source's model is its suffix's)")
+    if opts.targets_file is not None and opts.command != "device":
+        raise UsageError(f"{opts.command}: --targets-file is for `device` of CUDA (.cu) sources")
     if opts.source_root is not None and not os.path.isdir(opts.source_root):
         raise UsageError(f"--source-root: '{opts.source_root}' is not a directory")
     return _PHASES[opts.command](opts)

@@ -27,6 +27,7 @@ from offload_builders.cli.phase_options import (
     target_list,
 )
 from offload_builders.cli.phase_runs import (
+    commit_text,
     compile_jobs,
     compile_one_job,
     compiler_files,
@@ -37,9 +38,11 @@ from offload_builders.cli.phase_runs import (
     run_to,
     write_depfile,
 )
+from offload_builders.depfiles import read_make_dependencies
 from offload_builders.driver import CommandTemplate
 from offload_builders.errors import OffloadError
-from offload_builders.models.cuda import ARCH_LIST_SLOT, CudaPhaseModel
+from offload_builders.job_words import with_dependency_file
+from offload_builders.models.cuda import ARCH_LIST_RECORD_VERSION, ARCH_LIST_SLOT, CudaPhaseModel, check_arch_list
 from offload_builders.models.gpu import GpuDeviceSteps, GpuPhaseModel, check_cuid, default_cuid, is_rdc
 from offload_builders.models.hip import HipPhaseModel
 from offload_builders.phase_table import CUDA, HIP, OPENMP
@@ -128,11 +131,36 @@ def _arch_list(opts: PhaseOptions, phases: GpuPhaseModel, template: CommandTempl
     return phases.arch_list_values(template, targets, flags)
 
 
+def _read_targets_file(opts: PhaseOptions) -> None:
+    """``--targets-file F``: ``--targets`` read from F (one line), so that the list is not on the command
+    line, which Ninja compares: a CUDA ``device`` whose output the list cannot change then does not rerun when
+    only the list changes (its ``arch-list-check`` record, which the build makes it depend on, decides)."""
+    if opts.targets_file is None:
+        return
+    refuse(opts, "targets", why="and --targets-file both give the target list: give one")
+    if source_model(opts.positional[0]) != CUDA:
+        raise UsageError(f"{opts.command}: --targets-file is for CUDA (.cu) sources")
+    try:
+        with open(opts.targets_file, encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError as error:
+        raise UsageError(f"--targets-file: cannot read '{opts.targets_file}': {error.strerror}") from None
+    if not text or "\n" in text:
+        raise UsageError(f"--targets-file: '{opts.targets_file}' must hold one line, the comma-separated target IDs")
+    opts.targets = text
+    try:
+        target_list(opts)
+    except UsageError as error:
+        raise UsageError(f"--targets-file: '{opts.targets_file}': {error}") from None
+
+
 def device(opts: PhaseOptions) -> int:
     """HIP: the device compile and (without -fgpu-rdc) its lld link to the code object; CUDA: the device
     compile to PTX and ptxas to the cubin, the PTX kept as ``<output>.ptx`` for the fat binary."""
     model = _model_of(opts)
     refuse(opts, "host_bc", why="is for OpenMP sources (a HIP or CUDA device compile reads only the source)")
+    source_file(opts)
+    _read_targets_file(opts)
     require(opts, "output", "target")
     assert opts.output is not None and opts.target is not None
     source = source_file(opts)
@@ -161,6 +189,46 @@ def device(opts: PhaseOptions) -> int:
         read = compile_jobs(opts, ran, outputs, scratch, tools=compiler_files(phases))
     programs = [path for job in ran for path in job_files(job)]
     write_depfile(opts, [*read, *programs, *compiler_files(phases)])
+    return 0
+
+
+def arch_list_check(opts: PhaseOptions) -> int:
+    """CUDA: what ``--targets`` changes of ``device --target T``'s output, as the SCons tool's list check
+    records it (:func:`~offload_builders.models.cuda.check_arch_list`): T's device ``-cc1`` rendered as ``device``
+    renders it, with the driver's ``__CUDA_ARCH_LIST__``, run with ``-E -dD``; the record is the digest of that
+    text without the list's own ``#define``, or the list itself where the text cannot tell. Written atomically
+    and left untouched (mtime too) when its bytes are unchanged, so a device command that depends on it (and
+    takes the list from ``--targets-file``) reruns exactly where the list can change its output. The depfile
+    names the source, the headers the preprocessing read and the compiler. With Clang 19, which defines no
+    list, the record is constant."""
+    if _model_of(opts) != CUDA:
+        raise UsageError(f"arch-list-check: '{opts.positional[0]}' is not CUDA (.cu): only CUDA compiles define"
+                         " __CUDA_ARCH_LIST__")
+    refuse(opts, "host_bc", "package", "fatbin", "targets_file",
+           why="is not for arch-list-check (it takes what `device` takes, and the list as --targets)")
+    require(opts, "output", "target")
+    assert opts.output is not None and opts.target is not None
+    source = source_file(opts)
+    phases = _gpu_model(CUDA)
+    target = _gpu_target(phases, CUDA, opts.target, "--target")
+    flags = phases.flags_for(target, opts.flags)
+    cuid = _cuid(opts, source, is_rdc(flags))
+    steps = phases.device_steps(target, flags)
+    arch_list = _arch_list(opts, phases, steps.compile, flags, target)
+    words = steps.compile.render(source=source, main_file_name=os.path.basename(source), output="-", **cuid,
+                                 **arch_list)
+    read = [source]
+    if ARCH_LIST_SLOT not in arch_list:
+        record = f"{ARCH_LIST_RECORD_VERSION}\nno list: Clang {phases.toolchain.major} defines no __CUDA_ARCH_LIST__\n"
+    else:
+        with tempfile.TemporaryDirectory(prefix="offload-compile-") as scratch:
+            headers_file = os.path.join(scratch, "deps.d")
+            record = check_arch_list(with_dependency_file(words, headers_file, opts.output), flags,
+                                     arch_list[ARCH_LIST_SLOT], os.environ)
+            if os.path.isfile(headers_file):
+                read = read_make_dependencies(headers_file) or read
+    commit_text(opts.output, record)
+    write_depfile(opts, [*read, *job_files(words), *compiler_files(phases)])
     return 0
 
 

@@ -32,7 +32,7 @@ PROG = "offload-compile"
 
 #: Dependency-file flags: this tool writes the depfile itself, one per node.
 DEPENDENCY_FLAGS = ("-M", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG", "-MV", "-Wp,-M")
-SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "check", "compdb-args", "compdb")
+SUBCOMMANDS = ("host", "device", "package", "embed", "bundle", "arch-list-check", "check", "compdb-args", "compdb")
 
 
 @dataclass
@@ -47,6 +47,7 @@ class PhaseOptions:
     depfile: str | None = None
     target: str | None = None
     targets: str | None = None
+    targets_file: str | None = None
     host_bc: str | None = None
     package: str | None = None
     fatbin: str | None = None
@@ -62,8 +63,8 @@ class PhaseOptions:
 
 PARSER = Parser(PROG, [
     Option("-o", dest="output"),
-    *(Option(name) for name in ("--depfile", "--target", "--targets", "--host-bc", "--package", "--fatbin",
-                                "--cuid", "--source-root", "--model")),
+    *(Option(name) for name in ("--depfile", "--target", "--targets", "--targets-file", "--host-bc", "--package",
+                                "--fatbin", "--cuid", "--source-root", "--model")),
     Option("--cmake-dir", action=FLAG),
     Option("--absolute-depfile", action=FLAG),
     Option("--groups", action=FLAG),

@@ -385,9 +385,18 @@ function(offload_target_sources tgt)
     endif()
     set(arch_list "")
     set(arch_list_stamp "")
+    set(arch_list_check FALSE)
     if(model STREQUAL "cuda" AND OFFLOAD_CUDA_ARCH_LIST)
       set(arch_list --targets "${list}")
       set(arch_list_stamp "${archs_stamp}")
+      # Ninja: a device compile takes the list from the archs stamp (--targets-file, on no command line it compares)
+      # and depends on its list check instead (arch-list-check: what the list changes of its preprocessed text),
+      # whose record, left untouched when unchanged, stops it through restat. make has no command hash but compares
+      # times only: a record kept old would rerun its check at every build, so there every device compile still
+      # takes --targets and reruns on a change of the list.
+      if(CMAKE_GENERATOR MATCHES "Ninja")
+        set(arch_list_check TRUE)
+      endif()
     endif()
 
     set(images "")
@@ -426,9 +435,20 @@ function(offload_target_sources tgt)
         if(model STREQUAL "cuda" AND NOT rdc)
           set(extra "${image}.ptx")                   # the PTX the fat binary also holds
         endif()
-        _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}" ${run_in}
-          COMMAND device "${given}" --target "${arch}" ${arch_list} ${cuid} -o "${image}" -- ${flags}
-          DEPENDS "${path}" "${flags_stamp}" ${arch_list_stamp})
+        if(arch_list_check)
+          _offload_command("${o}.${name}.archlist" COMMENT "offload arch-list check ${arch} ${rel}" ${run_in}
+            COMMAND arch-list-check "${given}" --target "${arch}" ${arch_list} ${cuid} -o "${o}.${name}.archlist"
+              -- ${flags}
+            DEPENDS "${path}" "${flags_stamp}" ${arch_list_stamp})
+          _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}" ${run_in}
+            COMMAND device "${given}" --target "${arch}" --targets-file "${archs_stamp}" ${cuid} -o "${image}"
+              -- ${flags}
+            DEPENDS "${path}" "${flags_stamp}" "${o}.${name}.archlist")
+        else()
+          _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}" ${run_in}
+            COMMAND device "${given}" --target "${arch}" ${arch_list} ${cuid} -o "${image}" -- ${flags}
+            DEPENDS "${path}" "${flags_stamp}" ${arch_list_stamp})
+        endif()
         list(APPEND images "${image}")
       endforeach()
       if(rdc)
