@@ -195,7 +195,6 @@ def replace_private_file(path: str | os.PathLike[str], text: str, mode: int = 0o
         raise
 
 
-
 def _new_partial_file(path: str) -> tuple[int, str]:
     """A new file (``O_EXCL``, ``0600``, a random name) beside ``path``, as ``tempfile.mkstemp`` makes one, without
     importing ``tempfile`` (with ``random`` and ``shutil``) into every compile that stores something."""

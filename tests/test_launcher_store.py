@@ -201,6 +201,19 @@ def test_file_lists_count_in_the_size_and_the_least_recently_used_go_with_the_en
     assert cache.stats()["size"] == 2 * one
 
 
+def test_file_lists_stay_readable_however_many_files_a_compile_reads(cache):
+    """Lists are kept under the size :meth:`file_lists` reads back: the oldest go first, so a key whose compiles
+    read thousands of headers keeps its newest lists rather than losing all of them."""
+    from offload_builders.launcher import store as store_module
+
+    for number in range(8):  # about 1.3 MB each: more than the 4 MiB read limit together
+        cache.add_file_list(KEY_A, [(f"/usr/include/set{number}/header_{n:05}.h", "1 2 3 4 5 " + "0" * 40)
+                                    for n in range(20000)])
+    lists = cache.file_lists(KEY_A)
+    assert 1 <= len(lists) < 8 and lists[0][0][0].startswith("/usr/include/set7/")
+    assert os.path.getsize(os.path.join(cache.root, "lists", KEY_A[:2], KEY_A)) <= store_module._MAX_FILE_LISTS_BYTES
+
+
 def test_a_hit_is_the_lru_clock(cache, tmp_path):
     sources = _sources(tmp_path / "src", out_o=b"x" * 1000)
     assert cache.store(KEY_A, sources) and cache.store(KEY_B, sources)

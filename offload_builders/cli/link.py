@@ -93,7 +93,7 @@ _IGNORED_PREFIXES = ("--wrapper-time-trace", "--device-debug", "--pass-remarks",
 #: clang-linker-wrapper options whose behaviour we do not implement: refused rather than silently dropped.
 _UNSUPPORTED = ("--embed-bitcode", "--bitcode-library", "--builtin-bitcode", "--clang-backend", "--override-image",
                 "--relocatable", "--print-wrapped-module", "--ptxas-arg", "-mllvm", "--should-extract",
-                "--offload-opt")
+                "--offload-opt", "--device-compiler")
 #: Host linker options that take their value as the next argument (so it is not taken for an input).
 _LINKER_VALUE_OPTIONS = frozenset({"-o", "-m", "-dynamic-linker", "--dynamic-linker", "-L", "-l", "-rpath", "-R",
                                    "-soname", "-h", "-z", "-T", "-e", "-u", "-y", "-Map", "--version-script",

@@ -119,7 +119,7 @@ def remove_file(path: str) -> None:
 # outside files by content), a hit is downloaded into the outputs' ``.partial`` names and committed as a local
 # run's outputs are (unchanged bytes keep the old file, for ``restat``), and the depfile (and the OpenMP host's
 # ``.identity``) is written as a local run writes it; a miss runs here, then uploads. A compile's headers are
-# known before it runs from a dependency scan (:func:`~offload_builders.driver.scan_reads`). The root of the key's
+# known before it runs from a dependency scan (:func:`~offload_builders.job_words.scan_reads`). The root of the key's
 # paths is ``--source-root``, else the working directory.
 #
 # OpenMP's host front end and device compiles are keyed with the identity (device, inode) of every file they

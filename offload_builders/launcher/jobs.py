@@ -139,7 +139,8 @@ class Result:
     """What a run gave: the files every compile of the source read, the driver's dependency file, diagnostics,
     and the exit status of the first job that failed (0: none)."""
 
-    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour", "programs", "read_listed")
+    __slots__ = ("read", "depfile", "depfile_text", "stderr", "status", "colour", "programs", "read_listed",
+                 "failures")
 
     def __init__(self) -> None:
         #: Whether ``read`` lists every file of every compile (else the command as a whole is not stored).
@@ -152,13 +153,15 @@ class Result:
         self.depfile_text: bytes | None = None
         self.stderr = b""
         self.status = 0
+        #: The driver's "command failed" lines of the jobs that failed, printed after every job's diagnostics.
+        self.failures = b""
 
 
 class _Outcome:
     """One job's part of the run, applied in the driver's order: its diagnostics, the files it read, its
     dependency file, and its exit status where it failed (then the jobs after it do not count)."""
 
-    __slots__ = ("stderr", "read", "depfile_text", "status", "unlisted")
+    __slots__ = ("stderr", "read", "depfile_text", "status", "unlisted", "failure")
 
     def __init__(self, stderr: bytes, read: list[str], depfile_text: bytes | None = None, status: int = 0, *,
                  unlisted: bool = False) -> None:
@@ -168,6 +171,8 @@ class _Outcome:
         self.status = status
         #: It ran, but which files it read could not be had (so the command as a whole is not stored).
         self.unlisted = unlisted
+        #: Where it failed: the driver's own line about it (:func:`failure_message`).
+        self.failure = b""
 
 
 #: A job the driver would not run: one whose input's job failed.
@@ -212,7 +217,8 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
     records = _records_directory(jobs)
     result = Result()
     result.colour = command.colour
-    result.programs = list(dict.fromkeys(job.words[0] for job in jobs))
+    result.programs = list(dict.fromkeys([*(job.words[0] for job in jobs),
+                                          *(linker for job in jobs for linker in linkers_of(job.words))]))
     result.stderr = found.said.encode(errors="surrogateescape")
     _print(result.stderr, result.colour)
     digests: dict[int, str] = {}
@@ -224,7 +230,7 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
         def one(job: _Job) -> _Outcome:
             outcome = _run_one(job, jobs, names, digests, entries, store, cwd, records, scratch, log, command.colour)
             if outcome.status:
-                outcome.stderr += failure_message(command.compiler, job.words, outcome.status, command.gpu,
+                outcome.failure = failure_message(command.compiler, job.words, outcome.status, command.gpu,
                                                   result.colour != "never")
             return outcome
 
@@ -244,7 +250,9 @@ def run_jobs(command: Command, found: DriverJobs, store: CacheStore | None, cwd:
             slots.close()
             for entry in entries.values():
                 entry.close()
-        if result.status:
+        if result.status:  # the driver's own lines come after every job's diagnostics, as it prints them
+            _print(result.failures, result.colour)
+            result.stderr += result.failures
             raise JobsFailed(result.status)
         last = jobs[-1]
         partial = output + ".partial"
@@ -383,6 +391,7 @@ def _apply(job: _Job, outcome: _Outcome, result: Result) -> None:
     if outcome.status:
         if not result.status and outcome is not _SKIPPED:
             result.status = outcome.status if outcome.status > 0 else 1
+        result.failures += outcome.failure
         return
     if outcome.unlisted:
         result.read_listed = False
@@ -436,7 +445,8 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
         key_words = [_targets_free(word) for word in key_words]
     libraries = libraries_of(job.words)
     key = Key("job", program_identity(job.words[0]), *key_words,
-              *(f"library {path} {file_digest(path)}" for path in libraries))
+              *(f"library {path} {file_digest(path)}" for path in libraries),
+              *(f"linker {program_identity(linker)}" for linker in linkers_of(job.words)))
     if records:
         key.add("cwd", cwd)
     base = key.hex()
@@ -489,6 +499,8 @@ def failure_message(compiler: str, words: Sequence[str], status: int, gpu: bool,
     itself), else ``<driver>: error: <tool> command failed with exit code N`` with the tool's short name, the one
     the driver's ``Tool`` has (``-cc1``: "clang frontend"; HIP's ``lld``: "amdgcn-link"), whatever file runs it
     (``--ptxas-path``). Coloured as the driver colours it, for :func:`diagnostics_shown` to take out."""
+    if status == 74:  # EX_IOERR (standard output closed, ...): the driver says nothing more
+        return b""
     if is_cc1(words):
         if status == 1:
             return b""
@@ -529,6 +541,14 @@ def _targets_free(word: str) -> str:
         if word.startswith(prefix) and len(word) > len(prefix):
             return prefix + "@some@"
     return word
+
+
+def linkers_of(words: Sequence[str]) -> list[str]:
+    """The linker a ``clang -flto`` device link job runs (the ``ld.lld`` beside that clang, where LTO's code
+    generation happens), which its own program's identity does not cover."""
+    if os.path.basename(words[0]).startswith("clang") and not is_cc1(words) and "-flto" in words:
+        return [os.path.join(os.path.dirname(os.path.realpath(words[0])), "ld.lld")]
+    return []
 
 
 def libraries_of(words: Sequence[str]) -> list[str]:

@@ -108,10 +108,15 @@ def _file(path: str, recorded: str) -> tuple[str | None, str, str]:
     if known is not None:
         return known
     if recorded:
-        try:
-            status = os.stat(path)
+        try:  # opened, not only stat'ed: an open makes NFS check the file's attributes with the server
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             status = None
+        else:
+            try:
+                status = os.fstat(fd)
+            finally:
+                os.close(fd)
         if status is not None:
             stamp, _, digest = recorded.rpartition(" ")
             if stamp == _stamp(status) and len(digest) == 40:

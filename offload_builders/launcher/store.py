@@ -372,11 +372,17 @@ class CacheStore:
         names = [name for name, _ in files]
         lists = [files, *(known for known in self.file_lists(key)
                           if [name for name, _ in known] != names)][:_MAX_FILE_LISTS]
+        texts = ["\n".join(f"{name}\0{recorded}" if recorded else name for name, recorded in known)
+                 for known in lists]
+        while len(texts) > 1 and sum(len(text.encode("utf-8", "surrogateescape")) + 2 for text in texts) \
+                > _MAX_FILE_LISTS_BYTES:
+            texts.pop()  # the oldest go first: a file :meth:`file_lists` would refuse to read hits nothing
+        if len(texts[0].encode("utf-8", "surrogateescape")) > _MAX_FILE_LISTS_BYTES:
+            return  # a list too long to be read back: a miss, as without it
         path = self._file_lists_path(key)
         try:
             os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-            replace_private_file(path, "\n\n".join("\n".join(f"{name}\0{recorded}" if recorded else name
-                                                               for name, recorded in known) for known in lists))
+            replace_private_file(path, "\n\n".join(texts))
         except OSError:
             pass
 

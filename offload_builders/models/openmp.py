@@ -177,7 +177,9 @@ class PhaseModel(BasePhaseModel):
         from offload_builders.device_libraries import device_library_flags
 
         runtime = self.toolchain.lib_dir / f"libomptarget-amdgpu-{target.processor}.bc"
-        if target.kind == "amdgpu" and target.processor.endswith("-generic") and not runtime.is_file():
+        per_processor = self.toolchain.major <= 19  # LLVM 20+ ship one device runtime for every processor
+        if target.kind == "amdgpu" and target.processor.endswith("-generic") and per_processor \
+                and not runtime.is_file():
             raise ToolchainError(f"{target}: this LLVM's OpenMP device runtime has no image for generic targets (no"
                                  f" {runtime}): offload to the family's processors instead (e.g."
                                  f" {_family_example(target.processor)})")

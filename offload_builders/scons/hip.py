@@ -295,14 +295,25 @@ _DEVICE_AND_LINK_BUILDER = SCons.Builder.Builder(
 _BUNDLE_BUILDER = SCons.Builder.Builder(action=_bundle_action())
 
 
+def _device_linker(steps: HipDeviceSteps) -> str | None:
+    """The ``lld`` a device link runs: the job's own program (the old driver's ``lld``), or, where the job is a
+    ``clang -flto`` link (the new driver's, Clang 22), the ``ld.lld`` beside that clang, which it runs."""
+    if steps.link is None:
+        return None
+    program = str(steps.link.argv[0])
+    if os.path.basename(program).startswith("clang"):
+        return os.path.join(os.path.dirname(os.path.realpath(program)), "ld.lld")
+    return program
+
+
 def _check_link_tool(steps: HipDeviceSteps) -> None:
     """The device link runs the driver's ``lld``; a missing one should fail at read time, not mid-build."""
-    if steps.link is None:
-        return
-    linker = str(steps.link.argv[0])
-    if not (os.path.isfile(linker) and os.access(linker, os.X_OK)):
+    linker = _device_linker(steps)
+    if linker is not None and not (os.path.isfile(linker) and os.access(linker, os.X_OK)):
+        version = os.path.basename(os.path.dirname(os.path.dirname(os.path.realpath(linker))))
+        package = "lld-" + version.rpartition("-")[2] if version.startswith("llvm-") else "lld"
         raise SCons.Errors.UserError(f"{linker} (the AMDGPU device linker) not found;"
-                                     " install it with: apt-get install lld-19")
+                                     f" install it with: apt-get install {package}")
 
 
 def _object_emitter(target, source, env):
@@ -338,6 +349,8 @@ def _object_emitter(target, source, env):
         device = builder(override_environment(env, {"OFFLOAD_TARGET": tid}),  # one per target
                          [directory.File(name)], [src])
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
+        if steps.link is not None and _device_linker(steps) != str(steps.link.argv[0]):
+            env.Depends(device, env.File(_device_linker(steps)))  # the lld a clang -flto link runs: SCons sees clang
         made.extend(device)
         images.extend(device)
     device_side = gpu.device_side_node(env, HIP, obj, src, images, tuple(plans), rdc=host.rdc,
