@@ -176,8 +176,8 @@ def _why_not(command: Command) -> str | None:
             index += 1
         index += 1
     if not compiles:
-        command.link = bool(inputs) and (openmp or targets or "--offload-link" in words) and not any(
-            word == "-" or word.endswith((*SOURCE_SUFFIXES, ".hip", ".cu")) for word in inputs) and language is None
+        command.link = bool(inputs) and (openmp or targets or "--offload-link" in words) and language is None \
+            and all(_linker_input(word) for word in inputs)
         return "not a compile (-c): a link, or compile and link in one command"
     if len(inputs) != 1:
         return f"{len(inputs)} inputs: the launcher splits a compile of one source"
@@ -198,6 +198,15 @@ def _why_not(command: Command) -> str | None:
     command.source = inputs[0]
     command.gpu = gpu is not None
     return None
+
+
+#: The inputs of a link: objects, archives and shared libraries (``libfoo.so.1`` too).
+_LINKER_INPUT_SUFFIXES = (".o", ".a", ".so", ".lo", ".obj")
+
+
+def _linker_input(word: str) -> bool:
+    """Whether ``word`` names what a link reads (not a source, which would make the command compile too)."""
+    return word.endswith(_LINKER_INPUT_SUFFIXES) or ".so." in os.path.basename(word)
 
 
 def _gpu_language(language: str | None, source: str) -> str | None:
