@@ -117,3 +117,44 @@ def scan_reads(job: Sequence[str], scratch: str, *, system_headers: bool = False
         return read_make_dependencies(depfile) if done.returncode == 0 else None
     except OSError:
         return None
+
+
+#: The options of Clang 22's compile-time ``clang-linker-wrapper --emit-fatbin-only`` (HIP, new offload driver,
+#: no RDC) that a split of it follows (or that do not change its output): which images, where the bundler is.
+_WRAPPER_FOLLOWED = ("--should-extract=", "--host-triple=amdgcn-amd-amdhsa", "--linker-path=")
+
+
+class CompileTimeLink:
+    """What a compile-time ``clang-linker-wrapper --emit-fatbin-only`` job says, read as the wrapper reads it:
+    its output, the device compiler's arguments for AMDGPU (``--device-compiler=[<triple>=]<arg>``), the bundler's
+    compression options, and the first option a split does not follow (None: every one is followed). One reader
+    for the models (which split it into nodes) and the compiler launcher (which splits it into jobs)."""
+
+    __slots__ = ("output", "device_args", "bundler_args", "unfollowed")
+
+    def __init__(self, wrapper: Sequence[str]) -> None:
+        self.output: str | None = None
+        self.device_args: list[str] = []
+        self.bundler_args: list[str] = []
+        self.unfollowed: str | None = None
+        words = list(wrapper[1:])
+        index = 0
+        while index < len(words):
+            word = words[index]
+            if word == "-o" and index + 1 < len(words):
+                self.output = words[index + 1]
+                index += 1
+            elif word.startswith("--device-compiler="):
+                value = word[len("--device-compiler="):]
+                triple, sep, arg = value.partition("=")
+                if not sep or triple.startswith("-"):
+                    self.device_args.append(value)
+                elif triple == "amdgcn-amd-amdhsa":
+                    self.device_args.append(arg)
+            elif word in ("--compress", "-compress") or word.startswith(("--compression-level=",
+                                                                          "-compression-level=")):
+                self.bundler_args.append("-" + word.lstrip("-"))  # the bundler's spelling, as the wrapper passes it
+            elif not (word == "--emit-fatbin-only" or word.startswith(_WRAPPER_FOLLOWED) or not word.startswith("-")):
+                if self.unfollowed is None:
+                    self.unfollowed = word
+            index += 1

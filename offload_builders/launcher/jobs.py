@@ -29,6 +29,7 @@ import sys
 
 from offload_builders.depfiles import read_make_dependencies
 from offload_builders.job_words import (
+    CompileTimeLink,
     is_cc1,
     parse_driver_jobs,
     scan_reads,
@@ -281,11 +282,6 @@ def copy_file(source: str, destination: str) -> None:
                 dst.write(chunk)
 
 
-#: The options of Clang 22's compile-time ``clang-linker-wrapper`` (HIP, new offload driver, no RDC) that
-#: :func:`split_compile_time_link` follows: which images, where the bundler is, the fat binary's compression.
-_WRAPPER_FOLLOWED = ("--should-extract=", "--host-triple=amdgcn-amd-amdhsa", "--linker-path=")
-
-
 def split_compile_time_link(jobs: Sequence[Sequence[str]]) -> list[list[str]]:
     """The driver's jobs with Clang 22's compile-time ``clang-linker-wrapper --emit-fatbin-only`` (and the
     ``llvm-offload-binary`` that feeds it) replaced by what the wrapper runs: per target, its device link
@@ -300,25 +296,10 @@ def split_compile_time_link(jobs: Sequence[Sequence[str]]) -> list[list[str]]:
     packagers = [job for job in jobs if os.path.basename(job[0]) == "llvm-offload-binary"]
     if len(wrappers) != 1 or "--emit-fatbin-only" not in wrapper or len(packagers) != 1:
         raise UnfollowedJobs("a linker wrapper at compile time that is not one --emit-fatbin-only of one package")
-    output, device_args, bundler_args = None, [], []
-    words = list(wrapper[1:])
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word == "-o" and index + 1 < len(words):
-            output = words[index + 1]
-            index += 1
-        elif word.startswith("--device-compiler="):
-            triple, sep, arg = word[len("--device-compiler="):].partition("=")
-            if not sep or triple.startswith("-"):
-                device_args.append(word[len("--device-compiler="):])
-            elif triple == "amdgcn-amd-amdhsa":
-                device_args.append(arg)
-        elif word in ("--compress", "-compress") or word.startswith(("--compression-level=", "-compression-level=")):
-            bundler_args.append("-" + word.lstrip("-"))  # the bundler's spelling, as the wrapper passes it
-        elif not (word == "--emit-fatbin-only" or word.startswith(_WRAPPER_FOLLOWED) or not word.startswith("-")):
-            raise UnfollowedJobs(f"the compile-time linker wrapper has {word}")
-        index += 1
+    link = CompileTimeLink(wrapper)
+    if link.unfollowed is not None:
+        raise UnfollowedJobs(f"the compile-time linker wrapper has {link.unfollowed}")
+    output, device_args, bundler_args = link.output, link.device_args, link.bundler_args
     images = []
     for word in packagers[0]:
         if word.startswith("--image="):

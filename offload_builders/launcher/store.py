@@ -552,49 +552,18 @@ class CacheStore:
 
     def _walk(self) -> list[tuple[float, int, str]]:
         """Every entry as (last use, bytes, path)."""
-        found = []
         try:
             with os.scandir(self.root) as items:
                 shards = [item.path for item in items if _is_shard_name(item.name)
                           and item.is_dir(follow_symlinks=False)]
         except OSError:
             return []
-        for shard in shards:
-            try:
-                with os.scandir(shard) as items:
-                    entries = list(items)
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                    if not stat.S_ISDIR(info.st_mode):
-                        continue
-                    with os.scandir(entry.path) as files:
-                        size = sum(item.stat(follow_symlinks=False).st_size for item in files)
-                except OSError:
-                    continue
-                found.append((info.st_mtime, size, entry.path))
-        return found
+        return [found for shard in shards for found in _sized_directories(shard)]
 
     def _walk_kept_images(self) -> list[tuple[float, int, str]]:
         """The slots of the images ``offload-link`` keeps for the links this launcher runs (``kept-images/``, see
         :mod:`offload_builders.linking.kept_images`) as (last use, bytes, path): within the size limit too."""
-        found = []
-        try:
-            with os.scandir(os.path.join(self.root, KEPT_IMAGES)) as items:
-                slots = [item for item in items if item.is_dir(follow_symlinks=False)]
-        except OSError:
-            return []
-        for slot in slots:
-            try:
-                info = slot.stat(follow_symlinks=False)
-                with os.scandir(slot.path) as files:
-                    size = sum(item.stat(follow_symlinks=False).st_size for item in files)
-            except OSError:
-                continue
-            found.append((info.st_mtime, size, slot.path))
-        return found
+        return _sized_directories(os.path.join(self.root, KEPT_IMAGES))
 
     def _walk_file_lists(self) -> list[tuple[float, int, str]]:
         """Every key's file lists as (last use, bytes, path): within the size limit, as the entries are."""
@@ -1076,6 +1045,28 @@ def _copy_fd(src: int, dst: int, size: int | None, start: int = 0) -> int:
     if size is not None and copied != size:
         raise OSError(errno.EIO, "a cache file is shorter than its manifest says")
     return copied
+
+
+def _sized_directories(parent: str) -> list[tuple[float, int, str]]:
+    """Each directory in ``parent`` (an entry of a shard, a kept-images slot) as (last use, bytes of its files,
+    path); what cannot be read is left out."""
+    found = []
+    try:
+        with os.scandir(parent) as items:
+            entries = list(items)
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode):
+                continue
+            with os.scandir(entry.path) as files:
+                size = sum(item.stat(follow_symlinks=False).st_size for item in files)
+        except OSError:
+            continue
+        found.append((info.st_mtime, size, entry.path))
+    return found
 
 
 def remove_tree(path: str) -> int:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from offload_builders import device_libraries
 from offload_builders.driver import CommandTemplate, Slot, image_spec, job_template, probe as driver_probe
 from offload_builders.errors import ToolchainError
-from offload_builders.job_words import is_cc1, tool_name, value_after
+from offload_builders.job_words import CompileTimeLink, is_cc1, tool_name, value_after
 from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.models.gpu import (
     CUID_PATTERN,
@@ -360,12 +360,6 @@ def _list_option(job: Sequence[str], prefix: str) -> list[str]:
     return [arg[len(prefix):] for arg in map(_cl_arg, job) if arg.startswith(prefix)]
 
 
-#: The options of a compile-time ``clang-linker-wrapper`` job that the split follows (or that do not change its
-#: output): which images to take, where the host and bundler are, and the fat binary's compression.
-_WRAPPER_FOLLOWED = ("--should-extract=", "--host-triple=amdgcn-amd-amdhsa", "--linker-path=",
-                     "--compression-level=")
-
-
 def _compile_time_link(jobs: Sequence[Sequence[str]]) -> Sequence[str] | None:
     """The ``clang-linker-wrapper --emit-fatbin-only`` job of Clang 22's new driver without RDC, if any."""
     return next((job for job in jobs if tool_name(job) == "clang-linker-wrapper" and "--emit-fatbin-only" in job),
@@ -433,29 +427,13 @@ class HipPhaseModel(GpuPhaseModel):
     def _wrapper_link_args(self, target: TargetID, wrapper: Sequence[str]) -> tuple[str, ...]:
         """The device compiler's arguments of a compile-time ``clang-linker-wrapper`` job; one error naming an
         option the split does not follow."""
-        args: list[str] = []
-        words = list(wrapper[1:])
-        index = 0
-        while index < len(words):
-            word = words[index]
-            if word == "-o":
-                index += 2
-                continue
-            if word.startswith("--device-compiler="):
-                value = word[len("--device-compiler="):]
-                triple, sep, arg = value.partition("=")
-                if not sep or triple.startswith("-"):
-                    args.append(value)
-                elif triple == AMDGPU_TRIPLE:
-                    args.append(arg)
-            elif not (word.startswith(_WRAPPER_FOLLOWED) or word in ("--emit-fatbin-only", "--compress")
-                      or not word.startswith("-")):
-                raise ToolchainError(f"{self.driver} -### -x hip --offload-new-driver --offload-arch={target}: its"
-                                     f" compile-time device link (clang-linker-wrapper --emit-fatbin-only) has {word},"
-                                     " which the tool does not follow; leave out --offload-new-driver (or pass"
-                                     " --no-offload-new-driver), or add -fgpu-rdc")
-            index += 1
-        return tuple(args)
+        link = CompileTimeLink(wrapper)
+        if link.unfollowed is not None:
+            raise ToolchainError(f"{self.driver} -### -x hip --offload-new-driver --offload-arch={target}: its"
+                                 f" compile-time device link (clang-linker-wrapper --emit-fatbin-only) has"
+                                 f" {link.unfollowed}, which the tool does not follow; leave out --offload-new-driver"
+                                 " (or pass --no-offload-new-driver), or add -fgpu-rdc")
+        return tuple(link.device_args)
 
     def _device_job(self, target: TargetID, jobs: Sequence[Sequence[str]]) -> Sequence[str]:
         device = [job for job in jobs if is_cc1(job) and "-fcuda-is-device" in job]
