@@ -54,6 +54,14 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+@pytest.fixture
+def hip_sample(tmp_path) -> Path:
+    """A copy of sample_project/hip, as a user would build it (no build directory, no SCons state)."""
+    root = tmp_path / "hip"
+    shutil.copytree(REPO_ROOT / "sample_project" / "hip", root, ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    return root
+
+
 def which_or_fail(name: str) -> str:
     found = shutil.which(name)
     if not found:

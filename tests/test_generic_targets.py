@@ -8,30 +8,18 @@ targets: one read-time error. The runtime's choice among generic and specific im
 """
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import LLVM22_BIN, REPO_ROOT
+from conftest import LLVM22_BIN
+from test_hip_new_driver import run
 
 COMPILE = [sys.executable, "-m", "offload_builders.cli.compile"]
 SCONS = str(Path(sys.executable).with_name("scons"))
 HIP_FLAGS = ["-O2", "-nogpulib", "-nogpuinc", "-Iinclude"]
-
-
-@pytest.fixture
-def hip_tree(tmp_path) -> Path:
-    root = tmp_path / "hip"
-    shutil.copytree(REPO_ROOT / "sample_project" / "hip", root, ignore=shutil.ignore_patterns("build", ".sconsign*"))
-    return root
-
-
-def run(argv: list[str], cwd: Path, **environ: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env={**os.environ, **environ})
 
 
 def bundle_entries(path: Path) -> list[str]:
@@ -40,26 +28,26 @@ def bundle_entries(path: Path) -> list[str]:
     return sorted(done.stdout.split())
 
 
-def test_a_hip_build_for_a_generic_target_names_the_code_object_version_then_builds_with_it(hip_tree):
-    failed = run([SCONS, "-Q", "offload_archs=gfx11-generic,gfx90a"], hip_tree)
+def test_a_hip_build_for_a_generic_target_names_the_code_object_version_then_builds_with_it(hip_sample):
+    failed = run([SCONS, "-Q", "offload_archs=gfx11-generic,gfx90a"], hip_sample)
     assert failed.returncode != 0
     assert "gfx11-generic: a generic AMDGPU target needs code object version 6" in failed.stdout + failed.stderr
     assert "add -mcode-object-version=6" in failed.stdout + failed.stderr
     assert "Stack dump" not in failed.stdout + failed.stderr  # stopped before the back end
-    assert not (hip_tree / "build").exists() or not list((hip_tree / "build").rglob("*.o"))
-    built = run([SCONS, "-Q", "offload_archs=gfx11-generic,gfx90a", "flags=-mcode-object-version=6"], hip_tree)
+    assert not (hip_sample / "build").exists() or not list((hip_sample / "build").rglob("*.o"))
+    built = run([SCONS, "-Q", "offload_archs=gfx11-generic,gfx90a", "flags=-mcode-object-version=6"], hip_sample)
     assert built.returncode == 0, built.stdout + built.stderr
-    assert bundle_entries(hip_tree / "build" / "saxpy.hipfb") == [
+    assert bundle_entries(hip_sample / "build" / "saxpy.hipfb") == [
         "hipv4-amdgcn-amd-amdhsa--gfx11-generic", "hipv4-amdgcn-amd-amdhsa--gfx90a", "host-x86_64-unknown-linux--"]
     # The fat binary is the driver's for the same flags (its CUID as the tool pins it).
     from offload_builders.scons.hip import default_cuid
 
-    reference = hip_tree / "saxpy.reference.o"
+    reference = hip_sample / "saxpy.reference.o"
     driver = run(["clang++-19", "-x", "hip", *HIP_FLAGS, "-mcode-object-version=6", "--offload-arch=gfx11-generic",
                   "--offload-arch=gfx90a", f"-cuid={default_cuid('src/saxpy.hip')}", "-c", "src/saxpy.hip", "-o",
-                  str(reference)], hip_tree)
+                  str(reference)], hip_sample)
     assert driver.returncode == 0, driver.stderr
-    assert (hip_tree / "build" / "saxpy.o").read_bytes() == reference.read_bytes()
+    assert (hip_sample / "build" / "saxpy.o").read_bytes() == reference.read_bytes()
 
 
 @pytest.mark.parametrize("clang, flags, error", [
@@ -69,16 +57,16 @@ def test_a_hip_build_for_a_generic_target_names_the_code_object_version_then_bui
     ("22", [], None),  # Clang 22 writes version 6 unless told
     ("22", ["-mcode-object-version=5"], "Clang 22 writes version 5 here"),
 ])
-def test_offload_compile_checks_the_code_object_version_of_a_generic_hip_target(hip_tree, clang, flags, error):
+def test_offload_compile_checks_the_code_object_version_of_a_generic_hip_target(hip_sample, clang, flags, error):
     clang_path = "/usr/lib/llvm-19/bin/clang" if clang == "19" else str(LLVM22_BIN / "clang")
     done = run([*COMPILE, "device", "src/saxpy.hip", "--target", "gfx11-generic", "-o", "saxpy.co", "--",
-                *HIP_FLAGS, *flags], hip_tree, OFFLOAD_CLANG=clang_path)
+                *HIP_FLAGS, *flags], hip_sample, OFFLOAD_CLANG=clang_path)
     if error is None:
         assert done.returncode == 0, done.stderr
-        assert (hip_tree / "saxpy.co").read_bytes()[:4] == b"\x7fELF"
+        assert (hip_sample / "saxpy.co").read_bytes()[:4] == b"\x7fELF"
     else:
         assert done.returncode == 1 and error in done.stderr and "Traceback" not in done.stderr
-        assert done.stderr.count("error:") == 1 and not (hip_tree / "saxpy.co").exists()
+        assert done.stderr.count("error:") == 1 and not (hip_sample / "saxpy.co").exists()
 
 
 def test_openmp_for_a_generic_target_is_one_read_time_error_while_the_device_runtime_is_missing(tmp_path):

@@ -11,14 +11,13 @@ split does not follow is one error naming it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import LLVM19_BIN, LLVM22_BIN, REPO_ROOT
+from conftest import LLVM19_BIN, LLVM22_BIN
 from test_offload_cache import LAUNCHER, stats, traced
 
 SCONS = str(Path(sys.executable).with_name("scons"))
@@ -26,10 +25,8 @@ FLAGS = ["-O2", "-Iinclude", "-nogpulib", "-nogpuinc", "--offload-new-driver"]
 
 
 @pytest.fixture
-def sample(tmp_path) -> Path:
-    root = tmp_path / "hip"
-    shutil.copytree(REPO_ROOT / "sample_project" / "hip", root, ignore=shutil.ignore_patterns("build", ".sconsign*"))
-    return root
+def sample(hip_sample) -> Path:
+    return hip_sample
 
 
 def run(argv: list[str], cwd: Path, **environ: str) -> subprocess.CompletedProcess:

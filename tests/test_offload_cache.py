@@ -587,15 +587,21 @@ target_compile_options(prog PRIVATE -fopenmp --offload-arch=${ARCHS} -nogpulib)
 """
 
 
+def launcher_script(directory: Path) -> Path:
+    """``offload-cache`` in ``directory``, running this checkout's launcher: what a build is given."""
+    directory.mkdir()
+    launcher = directory / "offload-cache"
+    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
+    launcher.chmod(0o755)
+    return launcher
+
+
 def test_an_unchanged_cmake_project_through_the_launcher(tree):
     """A CMake+Ninja project that never names offload-builders: the launcher set as CMake's compiler launcher;
     objects equal to the same project's without it; adding a target runs only that target's device compile."""
     cmake, ninja = which_or_fail("cmake"), which_or_fail("ninja")
     (tree / "CMakeLists.txt").write_text(CMAKE_PROJECT)
-    launcher = tree / "bin" / "offload-cache"
-    launcher.parent.mkdir()
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
-    launcher.chmod(0o755)
+    launcher = launcher_script(tree / "bin")
 
     def configure(build: str, archs: str, *extra: str) -> None:
         done = run([cmake, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DCMAKE_CXX_COMPILER={CLANGXX}",
@@ -640,10 +646,7 @@ def test_links_through_cmakes_linker_launcher_link_only_the_added_targets_image(
 
     cmake, ninja = which_or_fail("cmake"), which_or_fail("ninja")
     (tree / "CMakeLists.txt").write_text(CMAKE_PROGRAM)
-    launcher = tree / "bin" / "offload-cache"
-    launcher.parent.mkdir()
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
-    launcher.chmod(0o755)
+    launcher = launcher_script(tree / "bin")
     libraries = ";".join(driver_library_flags(parse_offload_archs("gfx90a,gfx1030"), ["-O2"]))
 
     def configure(archs: str) -> None:
@@ -734,10 +737,7 @@ def test_an_unchanged_meson_project_through_the_launcher(tree):
     meson, ninja = str(bin_dir / "meson"), str(bin_dir / "ninja")
     (tree / "meson.build").write_text(MESON_PROJECT)
     (tree / "meson_options.txt").write_text("option('archs', type: 'string', value: 'gfx90a')\n")
-    launcher = tree / "bin" / "offload-cache"
-    launcher.parent.mkdir()
-    launcher.write_text(f"#!/bin/sh\nexec {sys.executable} -m offload_builders.cli.cache \"$@\"\n")
-    launcher.chmod(0o755)
+    launcher = launcher_script(tree / "bin")
     (tree / "plain.ini").write_text(f"[binaries]\ncpp = ['{CLANGXX}']\nar = 'ar'\n")
     (tree / "cached.ini").write_text(f"[binaries]\ncpp = ['{launcher}', '{CLANGXX}']\nar = 'ar'\n")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
