@@ -21,6 +21,7 @@ import pytest
 
 from offload_builders import linking
 from offload_builders.errors import OffloadBinaryFormatError, OffloadError
+from offload_builders.formats import fatbinary
 from offload_builders.linking import registration as reg
 from offload_builders.toolchain import find_toolchain
 from test_registration import run
@@ -314,7 +315,7 @@ def test_group_module_in_wrap_kinds() -> None:
     land in the offloading section in group order."""
     images = [reg.openmp_image_binary(bytes([i]) * (100 + i), triple=X86, arch="") for i in range(3)]
     groups: list[reg.ImageGroup] = [([images[0]], ["k0"]), ([images[1]], ["k1", "g1"]), ([images[2]], [])]
-    hip = reg.hip_fatbinary([("gfx90a", os.urandom(300))])
+    hip = fatbinary.hip_fatbinary([("gfx90a", os.urandom(300))])
     for obj in (reg.wrap("openmp-groups", groups), reg.wrap_kinds([("openmp-groups", groups), ("hip", hip)]),
                 reg.wrap_openmp_groups(groups, llvm_version=22)):
         assert b"".join(images) in obj

@@ -38,6 +38,7 @@ from offload_builders.errors import (
     OffloadFormatError,
     TargetIDError,
 )
+from offload_builders.formats import fatbinary
 from offload_builders.formats.offload_binary import iter_offload_binaries, parse_offload_binary
 from offload_builders.linking import registration as reg
 
@@ -590,21 +591,22 @@ def test_end_to_end_two_images(llvm19: Tool, omp_two: OmpBuild, tmp_path: Path) 
 def test_cuda_fatbinary_command_is_clang22s(cuda22: GpuBuild, cuda: Tool, tmp_path: Path) -> None:
     line = next(text for text in cuda22.log.splitlines() if "fatbinary" in text and "--create" in text)
     theirs = shlex.split(line)
-    ours = reg.cuda_fatbinary_command(theirs[0], [("sm_80", theirs[-1].rsplit("file=", 1)[1])], theirs[3])
+    ours = fatbinary.cuda_fatbinary_command(theirs[0], [("sm_80", theirs[-1].rsplit("file=", 1)[1])], theirs[3])
     assert ours == theirs
-    ours = reg.cuda_fatbinary_command(os.fspath(cuda("fatbinary")), [("sm_80", os.fspath(cuda22.image))],
+    ours = fatbinary.cuda_fatbinary_command(os.fspath(cuda("fatbinary")), [("sm_80", os.fspath(cuda22.image))],
                                       os.fspath(tmp_path / "ours.fatbin"))
     run(ours)
     assert (tmp_path / "ours.fatbin").read_bytes() == cuda22.fatbin.read_bytes()
 
 
 def test_cuda_fatbinary_command_spellings(cuda: Tool, cuda22: GpuBuild, tmp_path: Path) -> None:
-    cmd = reg.cuda_fatbinary_command("fatbinary", [("sm_80", "a.img"), ("sm_90a", "b.img"), ("compute_80", "c.s")],
-                                     "out.fatbin")
+    cmd = fatbinary.cuda_fatbinary_command("fatbinary",
+                                           [("sm_80", "a.img"), ("sm_90a", "b.img"), ("compute_80", "c.s")],
+                                           "out.fatbin")
     assert cmd == ["fatbinary", "-64", "--create", "out.fatbin", "--image3=kind=elf,sm=80,file=a.img",
                    "--image3=kind=elf,sm=90a,file=b.img", "--image3=kind=ptx,sm=80,file=c.s"]
     # Several cubins in one fatbinary, accepted by CUDA's fatbinary and wrapped as is.
-    cmd = reg.cuda_fatbinary_command(os.fspath(cuda("fatbinary")), [("sm_80", os.fspath(cuda22.image))] * 2,
+    cmd = fatbinary.cuda_fatbinary_command(os.fspath(cuda("fatbinary")), [("sm_80", os.fspath(cuda22.image))] * 2,
                                      os.fspath(tmp_path / "two.fatbin"))
     run(cmd)
     fatbin = (tmp_path / "two.fatbin").read_bytes()
@@ -612,9 +614,9 @@ def test_cuda_fatbinary_command_spellings(cuda: Tool, cuda22: GpuBuild, tmp_path
     assert section_data(reg.wrap("cuda", fatbin), ".nv_fatbin") == fatbin
     for bad in ("gfx90a", "sm80", "sm_", "80"):
         with pytest.raises(TargetIDError):
-            reg.cuda_fatbinary_command("fatbinary", [(bad, "a.img")], "out")
+            fatbinary.cuda_fatbinary_command("fatbinary", [(bad, "a.img")], "out")
     with pytest.raises(OffloadError):
-        reg.cuda_fatbinary_command("fatbinary", [], "out")
+        fatbinary.cuda_fatbinary_command("fatbinary", [], "out")
 
 
 def bundler(tool: Tool, tmp: Path, targets: list[str], images: list[Path], *extra: str) -> bytes:
@@ -627,35 +629,35 @@ def bundler(tool: Tool, tmp: Path, targets: list[str], images: list[Path], *extr
 def test_hip_fatbinary_is_clang_offload_bundlers(llvm19: Tool, llvm22: Tool, hip19: GpuBuild, tmp_path: Path) -> None:
     image = hip19.image
     host = "host-x86_64-unknown-linux"
-    assert reg.hip_fatbinary([("gfx90a", image.read_bytes())]) == bundler(
+    assert fatbinary.hip_fatbinary([("gfx90a", image.read_bytes())]) == bundler(
         llvm19, tmp_path, [host, "hipv4-amdgcn-amd-amdhsa--gfx90a"], [image])
     # Target IDs with features, several images, paths.
     second = hip19.dir / "k.o"
-    assert reg.hip_fatbinary([("gfx90a:xnack+", image), ("gfx942:sramecc-:xnack-", second)]) == bundler(
+    assert fatbinary.hip_fatbinary([("gfx90a:xnack+", image), ("gfx942:sramecc-:xnack-", second)]) == bundler(
         llvm19, tmp_path, [host, "hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+",
                            "hipv4-amdgcn-amd-amdhsa--gfx942:sramecc-:xnack-"], [image, second])
     # Compressed: CCOB v2 (19) at the default level and at a given one, v3 (22).
-    assert reg.hip_fatbinary([("gfx90a", image)], compress=True) == bundler(
+    assert fatbinary.hip_fatbinary([("gfx90a", image)], compress=True) == bundler(
         llvm19, tmp_path, [host, "hipv4-amdgcn-amd-amdhsa--gfx90a"], [image], "-compress")
-    assert reg.hip_fatbinary([("gfx90a", image)], compress=9) == bundler(
+    assert fatbinary.hip_fatbinary([("gfx90a", image)], compress=9) == bundler(
         llvm19, tmp_path, [host, "hipv4-amdgcn-amd-amdhsa--gfx90a"], [image], "-compress", "-compression-level=9")
     host22 = "host-x86_64-unknown-linux-gnu"
-    assert reg.hip_fatbinary([("gfx90a", image)], compress=True, llvm_version=22, host_target=host22) == bundler(
+    assert fatbinary.hip_fatbinary([("gfx90a", image)], compress=True, llvm_version=22, host_target=host22) == bundler(
         llvm22, tmp_path, [host22, "hipv4-amdgcn-amd-amdhsa--gfx90a"], [image], "-compress")
 
 
 def test_hip_fatbinary_is_the_linker_wrappers(hip19: GpuBuild) -> None:
     """clang-linker-wrapper 19's bundleHIP writes 'hip-' entries: the offload_kind option reproduces it."""
-    assert reg.hip_fatbinary([("gfx90a", hip19.image)], offload_kind="hip") == hip19.fatbin.read_bytes()
+    assert fatbinary.hip_fatbinary([("gfx90a", hip19.image)], offload_kind="hip") == hip19.fatbin.read_bytes()
 
 
 def test_hip_fatbinary_bad_input() -> None:
     with pytest.raises(OffloadError):
-        reg.hip_fatbinary([])
+        fatbinary.hip_fatbinary([])
     with pytest.raises(TargetIDError):
-        reg.hip_fatbinary([("gfx90a", b"x")], offload_kind="openmp")
+        fatbinary.hip_fatbinary([("gfx90a", b"x")], offload_kind="openmp")
     with pytest.raises(TargetIDError):
-        reg.hip_fatbinary([("gfx90a", b"x"), ("gfx90a", b"y")])  # duplicate targets
+        fatbinary.hip_fatbinary([("gfx90a", b"x"), ("gfx90a", b"y")])  # duplicate targets
 
 
 # --------------------------------------------------------------------------------------------------
@@ -710,7 +712,7 @@ def test_large_images_are_placed_byte_for_byte(tmp_path: Path) -> None:
     obj = reg.compile_module(module, X86)
     assert str(module) == before
     assert section_data(obj, ".llvm.offloading") == b"".join(binaries)
-    fatbin = reg.hip_fatbinary([("gfx90a", image)])
+    fatbin = fatbinary.hip_fatbinary([("gfx90a", image)])
     assert section_data(reg.wrap("hip", fatbin), ".hip_fatbin") == fatbin
 
 
@@ -726,7 +728,7 @@ def test_cuda_and_hip_registrations_in_one_object_keep_their_fat_binaries() -> N
     """wrap_kinds with CUDA and HIP: both modules have an internal ``.fatbin_image``; each kind's bytes land in
     its own section (the IR linker would rename one where the bytes could not be placed)."""
     cuda_fatbin = reg.NV_FATBIN_MAGIC + os.urandom(4093)
-    hip_fatbin = reg.hip_fatbinary([("gfx90a", os.urandom(3000))])
+    hip_fatbin = fatbinary.hip_fatbinary([("gfx90a", os.urandom(3000))])
     obj = reg.wrap_kinds([("openmp", []), ("cuda", cuda_fatbin), ("hip", hip_fatbin)])
     assert section_data(obj, ".nv_fatbin") == cuda_fatbin
     assert section_data(obj, ".hip_fatbin") == hip_fatbin

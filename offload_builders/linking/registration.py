@@ -67,10 +67,8 @@ __all__ = [
     "REQUIRES_ENTRY_NAMES",
     "ImageGroup",
     "compile_module",
-    "cuda_fatbinary_command",
     "cuda_module",
     "entry_layout",
-    "hip_fatbinary",
     "hip_module",
     "openmp_group_module",
     "openmp_image_binary",
@@ -706,7 +704,8 @@ def _check_fatbin(fatbin: bytes, hip: bool) -> bytes:
     if hip:
         if not (data.startswith(_BUNDLE_MAGIC) or data.startswith(_CCOB_MAGIC)):
             raise BundleFormatError("a HIP fatbinary must be a clang-offload-bundler bundle "
-                                    "(__CLANG_OFFLOAD_BUNDLE__ or CCOB): see hip_fatbinary()", offset=0)
+                                    "(__CLANG_OFFLOAD_BUNDLE__ or CCOB): see offload_builders.formats.fatbinary",
+                                    offset=0)
     elif not data.startswith(NV_FATBIN_MAGIC):
         raise OffloadFormatError("a CUDA fatbinary must start with the fatbin magic 0xBA55ED50 "
                                  "(the output of `fatbinary --create`)", offset=0)
@@ -866,7 +865,8 @@ def cuda_module(fatbin: bytes, *, llvm_version: int = 19, host_triple: str = DEF
 
 
 def hip_module(fatbin: bytes, *, llvm_version: int = 19, host_triple: str = DEFAULT_HOST_TRIPLE) -> ir.Module:
-    """``wrapHIPBinary``: register a HIP fatbinary (an offload bundle, see :func:`hip_fatbinary`) with HIP."""
+    """``wrapHIPBinary``: register a HIP fatbinary (an offload bundle: see
+    :func:`offload_builders.formats.fatbinary.hip_fatbinary`) with HIP."""
     return _fatbin_module(fatbin, True, llvm_version, host_triple)
 
 
@@ -1113,82 +1113,6 @@ def wrap_kinds(payloads: Sequence[tuple[str, Sequence[bytes] | bytes | Sequence[
                                f"{', '.join(KINDS)} (OpenMP: images; CUDA, HIP: one fatbinary)")
         modules.append(_kind_module(kind, payload, llvm_version, host_triple))
     return compile_modules(modules, host_triple)
-
-
-# ------------------------------------------------------------------------------------------------
-# Fatbinaries
-
-
-def cuda_fatbinary_command(fatbinary: str, images: Sequence[tuple[str, str]], output: str) -> list[str]:
-    """The ``fatbinary`` command that combines linked cubins (``(arch, path)``) into one fatbinary.
-
-    CUDA 13 removed ``--image=profile=...``; this is the ``--image3=kind=elf,sm=<N>,file=<path>``
-    spelling (accepted since CUDA 12), the one clang-linker-wrapper 22 writes.  ``compute_<N>`` entries
-    are PTX (``kind=ptx``).
-    """
-    if isinstance(images, (str, bytes)) or not images:
-        raise OffloadError("a CUDA fatbinary needs at least one (arch, image path) pair")
-    command = [os.fspath(fatbinary), "-64", "--create", os.fspath(output)]
-    for arch, path in images:
-        if not isinstance(arch, str):
-            raise TargetIDError(f"CUDA architecture must be a string, not {type(arch).__name__}")
-        prefix, _, number = arch.partition("_")
-        if prefix not in ("sm", "compute") or not number[:1].isdigit() or not number.isalnum():
-            raise TargetIDError(f"invalid CUDA architecture {arch!r}: expected sm_<N> or compute_<N>")
-        path = os.fspath(path)
-        if "," in path:
-            raise OffloadError(f"fatbinary cannot take a file name with a comma: {path!r}")
-        command.append(f"--image3=kind={'elf' if prefix == 'sm' else 'ptx'},sm={number},file={path}")
-    return command
-
-
-def hip_fatbinary(images: Sequence[tuple[str, bytes | PathArg]], *, compress: int | bool | None = None,
-                  offload_kind: str = "hipv4", host_target: str = "host-x86_64-unknown-linux",
-                  llvm_version: int = 19) -> bytes:
-    """A HIP fatbinary: the offload bundle the HIP runtime unpacks, ``(target ID, code object)`` per image.
-
-    Exactly what ``clang-offload-bundler -type=o -bundle-align=4096 -targets=<host_target>,<offload_kind>-
-    amdgcn-amd-amdhsa--<target ID>... -input=/dev/null -input=<image>... -output=<file>`` writes: an empty
-    host entry first, then the code objects at 4096-byte boundaries.  ``compress`` wraps it in a ``CCOB``
-    header (zstd, format 2 for LLVM < 22 and 3 from 22): ``True`` at the default level, an int at that level.
-
-    clang-linker-wrapper's own bundle (``bundleHIP``) uses ``offload_kind="hip"``; LLVM 22 writes the host
-    as ``host-x86_64-unknown-linux-gnu``.
-    """
-    from offload_builders.formats.bundle import binary_layout
-    from offload_builders.formats.bundle_id import validate_targets
-    from offload_builders.formats.compressed import CompressionOptions, Method, compress_bytes
-
-    _check_version(llvm_version)
-    if isinstance(images, (str, bytes)) or not images:
-        raise OffloadError("a HIP fatbinary needs at least one (target ID, code object) pair")
-    if offload_kind not in ("hip", "hipv4"):
-        raise TargetIDError(f"HIP bundle entries are 'hip' or 'hipv4', not {offload_kind!r}")
-    targets = [host_target]
-    blobs = [b""]
-    for target_id, image in images:
-        if not isinstance(target_id, str) or not target_id:
-            raise TargetIDError(f"invalid AMDGPU target ID {target_id!r}")
-        targets.append(f"{offload_kind}-amdgcn-amd-amdhsa--{target_id}")
-        if isinstance(image, (bytes, bytearray, memoryview)):
-            blobs.append(bytes(image))
-        else:
-            with open(image, "rb") as f:
-                blobs.append(f.read())
-    ids = [str(entry) for entry in validate_targets(targets, bundling=True, llvm_version=llvm_version)]
-    header, offsets, total = binary_layout(ids, [len(b) for b in blobs], 4096)
-    out = bytearray(total)
-    out[:len(header)] = header
-    for offset, blob in zip(offsets, blobs):
-        out[offset:offset + len(blob)] = blob
-    if compress is None or compress is False:
-        return bytes(out)
-    level = None if compress is True else int(compress)
-    try:
-        options = CompressionOptions(Method.ZSTD, level, 3 if llvm_version >= 22 else 2)
-    except ValueError as exc:
-        raise OffloadError(str(exc)) from None
-    return compress_bytes(bytes(out), options)
 
 
 def _as_bytes(data: object, what: str) -> bytes:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from offload_builders.driver import CommandTemplate, Slot, image_spec, job_template, probe as driver_probe
 from offload_builders.errors import ToolchainError
+from offload_builders.formats.fatbinary import cuda_fatbinary_command
 from offload_builders.job_words import is_cc1, tool_name, value_after
 from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.models.base import package_command
@@ -461,11 +462,9 @@ def program_fatbinary(toolchain: Toolchain, images: Sequence[tuple[str, str]], s
     import subprocess
 
     from offload_builders.errors import OffloadError
-    from offload_builders.linking import registration  # llvmlite: only where a program is wrapped
-
     fatbin = scratch + ".fatbin"
     try:
-        argv = registration.cuda_fatbinary_command(str(toolchain.cuda_tool("fatbinary")), sorted(images), fatbin)
+        argv = cuda_fatbinary_command(str(toolchain.cuda_tool("fatbinary")), sorted(images), fatbin)
         done = subprocess.run(argv, capture_output=True, text=True, errors="surrogateescape")
         if done.returncode != 0:
             raise OffloadError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.stdout.strip()}")

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from offload_builders import device_libraries
 from offload_builders.driver import CommandTemplate, Slot, image_spec, job_template, probe as driver_probe
 from offload_builders.errors import ToolchainError
+from offload_builders.formats.fatbinary import hip_fatbinary
 from offload_builders.job_words import CompileTimeLink, is_cc1, tool_name, value_after
 from offload_builders.models import reject_reserved_flags, require_target_kind
 from offload_builders.models.gpu import (
@@ -298,10 +299,8 @@ def program_fatbinary(images: Sequence[tuple[str, str]], compression: Compressio
     ``scratch`` is a path prefix for the compressor's files (removed again). One writer for the SCons tool's
     wrap node and ``offload-link`` (:mod:`offload_builders.linking.wrapping`)."""
     from offload_builders.formats.clang_zstd import compress_file
-    from offload_builders.linking import registration  # llvmlite: only where a program is wrapped
-
     ordered = sorted(images, key=lambda image: image[0], reverse=True)
-    fatbin = registration.hip_fatbinary(ordered, offload_kind=LINK_BUNDLE_KIND, llvm_version=llvm_version)
+    fatbin = hip_fatbinary(ordered, offload_kind=LINK_BUNDLE_KIND, llvm_version=llvm_version)
     if compression is None:
         return fatbin
     plain, packed = scratch + ".hipfb.uncompressed", scratch + ".hipfb"
