@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError
-from offload_builders.formats import bundle as B
+from offload_builders.formats import bundle as B, bundle_archive as BA
 from offload_builders.formats.compressed import CompressionOptions, FileRegion, Method
 
 WORKERS = 4
@@ -272,7 +272,7 @@ def test_archive_unbundling_is_byte_identical_to_clang(bundler, library, tmp_pat
     made = run([bundler, "-unbundle", "-type=a", "-targets=" + ",".join(ARCHIVE_TARGETS), f"-input={library}",
                 *[f"-output={o}" for o in clang_outs]])
     assert made.returncode == 0, made.stderr
-    B.unbundle_archive(library, ARCHIVE_TARGETS, our_outs)
+    BA.unbundle_archive(library, ARCHIVE_TARGETS, our_outs)
     for clang_out, our_out in zip(clang_outs, our_outs):
         assert our_out.read_bytes() == clang_out.read_bytes(), our_out.name
     # gfx906:xnack+ collects the Any and the xnack+ entries of every member, with Clang's names
@@ -287,7 +287,7 @@ def test_archive_unbundling_is_byte_identical_to_clang(bundler, library, tmp_pat
 def _member_names(archive: Path) -> list[str]:
     with open(archive, "rb") as f:
         region = FileRegion(f.fileno(), 0, os.fstat(f.fileno()).st_size)
-        return [m.name for m in B.read_archive(region, label=str(archive))]
+        return [m.name for m in BA.read_archive(region, label=str(archive))]
 
 
 def test_archive_missing_target(bundler, library, tmp_path):
@@ -295,14 +295,14 @@ def test_archive_missing_target(bundler, library, tmp_path):
     made = run([bundler, "-unbundle", "-type=a", "-targets=" + ",".join(targets), f"-input={library}",
                 f"-output={tmp_path / 'c0'}", f"-output={tmp_path / 'c1'}"])
     with pytest.raises(OffloadError) as info:
-        B.unbundle_archive(library, targets, [tmp_path / "o0", tmp_path / "o1"])
+        BA.unbundle_archive(library, targets, [tmp_path / "o0", tmp_path / "o1"])
     assert made.returncode == 1
     assert made.stderr.strip() == f"{bundler}: error: {info.value}"  # Clang's message, word for word
     assert not (tmp_path / "o0").exists() and not (tmp_path / "o1").exists()
     made = run([bundler, "-unbundle", "-type=a", "-allow-missing-bundles", "-targets=" + ",".join(targets),
                 f"-input={library}", f"-output={tmp_path / 'c0'}", f"-output={tmp_path / 'c1'}"])
     assert made.returncode == 0
-    B.unbundle_archive(library, targets, [tmp_path / "o0", tmp_path / "o1"], allow_missing_bundles=True)
+    BA.unbundle_archive(library, targets, [tmp_path / "o0", tmp_path / "o1"], allow_missing_bundles=True)
     assert (tmp_path / "o1").read_bytes() == (tmp_path / "c1").read_bytes() == b"!<arch>\n"
     assert (tmp_path / "o0").read_bytes() == (tmp_path / "c0").read_bytes()
 
@@ -319,9 +319,9 @@ def test_check_input_archive_reports_clangs_conflict(bundler, llvm19, payloads, 
                 f"-output={tmp_path / 'c'}"], cwd=tmp_path)
     assert made.returncode == 1
     with pytest.raises(OffloadError) as info:
-        B.unbundle_archive(archive, [HOST], [tmp_path / "o"], check_input_archive=True)
+        BA.unbundle_archive(archive, [HOST], [tmp_path / "o"], check_input_archive=True)
     assert made.stderr.strip().split("error: ", 1)[1] == str(info.value)
-    B.unbundle_archive(archive, [HOST], [tmp_path / "o"])  # without the check it unbundles
+    BA.unbundle_archive(archive, [HOST], [tmp_path / "o"])  # without the check it unbundles
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,7 +525,7 @@ def test_damaged_archives_are_bundle_format_errors(name, data, tmp_path):
     path = tmp_path / f"{name}.a"
     path.write_bytes(data)
     with pytest.raises(BundleFormatError) as info:
-        B.unbundle_archive(path, [HOST], [tmp_path / "o.a"], allow_missing_bundles=True)
+        BA.unbundle_archive(path, [HOST], [tmp_path / "o.a"], allow_missing_bundles=True)
     assert info.value.offset is not None
     assert not (tmp_path / "o.a").exists()
 
@@ -610,7 +610,7 @@ def test_arbitrary_bytes_never_raise_anything_else(raw, file_type):
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "x.a").write_bytes(data)
             try:
-                B.unbundle_archive(Path(tmp) / "x.a", [HOST], [Path(tmp) / "o.a"], allow_missing_bundles=True)
+                BA.unbundle_archive(Path(tmp) / "x.a", [HOST], [Path(tmp) / "o.a"], allow_missing_bundles=True)
             except BundleFormatError as exc:
                 assert exc.offset is not None and exc.path and str(exc).startswith(exc.path), exc
                 assert not (Path(tmp) / "o.a").exists()

@@ -241,9 +241,11 @@ def _run(options: Options, env: Environment) -> int:
         common = dict(allow_missing_bundles=bool(options.allow_missing_bundles),
                       hip_openmp_compatible=bool(options.hip_openmp_compatible))
         if file_type == "a":
-            bundle_mod.unbundle_archive(inputs[0], targets, outputs, **common,
-                                        check_input_archive=bool(options.check_input_archive),
-                                        print_external_commands=dry_run)
+            from offload_builders.formats.bundle_archive import unbundle_archive  # only -type=a needs it
+
+            unbundle_archive(inputs[0], targets, outputs, **common,
+                             check_input_archive=bool(options.check_input_archive),
+                             print_external_commands=dry_run)
         else:
             result = bundle_mod.unbundle(inputs[0], targets, outputs, file_type=file_type, **common,
                                          print_external_commands=dry_run)

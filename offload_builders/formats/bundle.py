@@ -1,4 +1,4 @@
-"""clang-offload-bundler's bundles: binary, text and object bundles, and archive unbundling.
+"""clang-offload-bundler's bundles: binary, text and object bundles.
 
 Byte layouts and behaviour follow clang/lib/Driver/OffloadBundler.cpp (LLVM 19); see
 docs in ``shared/reference/bundler-and-target-id.md``.  In short:
@@ -12,6 +12,7 @@ docs in ``shared/reference/bundler-and-target-id.md``.  In short:
 * **object** (``-type=o`` with an ELF host): one ``__CLANG_OFFLOAD_BUNDLE__<id>`` section per entry,
   added by ``llvm-objcopy``; the host's section holds a single zero byte (the object *is* the host).
 * **compressed** (``-compress``): see :mod:`offload_builders.formats.compressed`.
+* **archive** (``-type=a``, unbundling only): see :mod:`offload_builders.formats.bundle_archive`.
 
 Design points that differ from Clang 19, deliberately:
 
@@ -37,14 +38,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 
-from offload_builders.errors import BundleFormatError, OffloadError, TargetIDError, ToolchainError
+from offload_builders.errors import BundleFormatError, OffloadError
 from offload_builders.formats import _io
 from offload_builders.formats._io import CHUNK, ShortReadError, copy_file_range_stream, write_all
 from offload_builders.formats._record import Record
 from offload_builders.formats.bundle_id import (
-    clang19_target_id_field,
     clang_stringmap_order,
-    find_target_conflict,
     is_code_object_compatible,
     parse_bundle_entry_id,
     validate_targets,
@@ -57,6 +56,7 @@ from offload_builders.formats.compressed import (
     is_compressed,
     open_decompressed,
 )
+from offload_builders.formats.llvm_objcopy import run_objcopy
 
 # typing is imported for type checkers only: it costs the command line ~3 ms of start-up.
 TYPE_CHECKING = False
@@ -149,7 +149,7 @@ class Outputs(_io.Outputs):
         return OffloadError(f"'{path}': {exc.strerror}")
 
 
-class _InputFile(Record):
+class InputFile(Record):
     """An opened input: a regular file, or anything else spooled into a temporary file first."""
 
     __slots__ = ("path", "fd", "size")
@@ -161,7 +161,8 @@ class _InputFile(Record):
         self._init(path, fd, size)
 
 
-def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
+def open_input(path: str | os.PathLike[str], stack: ExitStack) -> InputFile:
+    """Open ``path`` (``-``: standard input) for as long as ``stack``; what is not a regular file is spooled."""
     name = os.fspath(path)
     try:
         if name == "-":
@@ -171,7 +172,7 @@ def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
             stack.callback(os.close, fd)
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
-                return _InputFile(name, fd, st.st_size)
+                return InputFile(name, fd, st.st_size)
             if stat.S_ISDIR(st.st_mode):
                 raise OffloadError(f"'{name}': Is a directory")
             source = os.fdopen(os.dup(fd), "rb")
@@ -184,7 +185,7 @@ def _open_input(path: str | os.PathLike[str], stack: ExitStack) -> _InputFile:
     spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".in"))
     shutil.copyfileobj(source, spool, CHUNK)
     spool.flush()
-    return _InputFile(spool.name, spool.fileno(), spool.tell())
+    return InputFile(spool.name, spool.fileno(), spool.tell())
 
 
 # ============================================================================================
@@ -440,45 +441,7 @@ def parse_object_bundle(region: FileRegion, *, label: str | None = None, base: i
     return entries
 
 
-_objcopy_path: str | None = None
-
-
-def find_llvm_objcopy() -> str:
-    """``llvm-objcopy``: ``$OFFLOAD_BUNDLER_LLVM_OBJCOPY``, else LLVM 19's (as Clang 19 uses the one
-    next to itself, and ``/usr/bin/llvm-objcopy`` may be an older release), else ``PATH``'s."""
-    global _objcopy_path
-    import shutil
-
-    if _objcopy_path is None:
-        candidates = [os.environ.get("OFFLOAD_BUNDLER_LLVM_OBJCOPY"), "/usr/lib/llvm-19/bin/llvm-objcopy",
-                      shutil.which("llvm-objcopy-19"), shutil.which("llvm-objcopy")]
-        for candidate in candidates:
-            if candidate and os.access(candidate, os.X_OK):
-                _objcopy_path = candidate
-                break
-        else:
-            raise ToolchainError("unable to find 'llvm-objcopy' in path (object bundles need it); "
-                                 "install it with: apt-get install llvm-19")
-    return _objcopy_path
-
-
-def _run_objcopy(args: list[str], *, print_only: bool = False) -> bool:
-    """Run ``llvm-objcopy args``; with ``print_only`` (``-###``) print the command instead, on standard
-    error and quoted as Clang's ``executeObjcopy`` prints it, and return False (nothing was run)."""
-    if print_only:
-        sys.stderr.write(f'"{find_llvm_objcopy()}"' + "".join(f' "{arg}"' for arg in args) + "\n")
-        return False
-    import subprocess
-
-    result = subprocess.run([find_llvm_objcopy(), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, errors="surrogateescape")
-    if result.returncode != 0:
-        detail = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        raise OffloadError(f"'llvm-objcopy' tool failed: {detail}")
-    return True
-
-
-def _strip_bundles(elf_path: str, out_fd: int, *, print_only: bool = False) -> None:
+def strip_bundles(elf_path: str, out_fd: int, *, print_only: bool = False) -> None:
     """The host output of an object bundle: the object without its bundle sections (as Clang does).
 
     ``print_only`` (``-###``): print the llvm-objcopy command and write nothing, so the host output
@@ -487,7 +450,7 @@ def _strip_bundles(elf_path: str, out_fd: int, *, print_only: bool = False) -> N
 
     with tempfile.TemporaryDirectory(prefix="offload-bundler-") as tmp:
         stripped = os.path.join(tmp, "host.o")
-        if not _run_objcopy(["--regex", f"--remove-section={MAGIC_STR}.*", "--", elf_path, stripped],
+        if not run_objcopy(["--regex", f"--remove-section={MAGIC_STR}.*", "--", elf_path, stripped],
                             print_only=print_only):
             return
         with open(stripped, "rb") as src:
@@ -575,7 +538,7 @@ def read_bundle_input(path: str | os.PathLike[str], file_type: str, stack: ExitS
     check_file_type(file_type)
     name = os.fspath(path)
     if region is None:
-        opened = _open_input(name, stack)
+        opened = open_input(name, stack)
         region = FileRegion(opened.fd, 0, opened.size)
         name = opened.path if name == "-" else name
     label = label or name
@@ -645,7 +608,7 @@ def _single_part(region: FileRegion, label: str, base: int, file_type: str, stac
     if file_type in OBJECT_TYPES and head == ELF_MAGIC:
         entries = parse_object_bundle(region, label=label, base=base)
         if elf_path is None and any(e.host_object for e in entries):
-            elf_path = _spool_region(region, stack)
+            elf_path = spool_region(region, stack)
         return BundlePart(region, "object", entries, label, base, elf_path)
     if file_type in OBJECT_TYPES and head in (b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
                                               b"\xcf\xfa\xed\xfe", b"\0asm"):
@@ -653,7 +616,8 @@ def _single_part(region: FileRegion, label: str, base: int, file_type: str, stac
     return BundlePart(region, "plain", [], label, base)
 
 
-def _spool_region(region: FileRegion, stack: ExitStack) -> str:
+def spool_region(region: FileRegion, stack: ExitStack) -> str:
+    """A temporary file holding ``region`` (for llvm-objcopy, which reads a path), as long as ``stack``."""
     import tempfile
 
     spool = stack.enter_context(tempfile.NamedTemporaryFile(prefix="offload-bundler-", suffix=".o"))
@@ -701,7 +665,7 @@ def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], out
     names = [str(entry) for entry in ids]
     host_index = next((i for i, entry in enumerate(ids) if entry.is_host), None)
     with ExitStack() as stack, Outputs() as outputs:
-        files = [_open_input(path, stack) for path in inputs]
+        files = [open_input(path, stack) for path in inputs]
         reference = files[host_index if host_index is not None else 0]
         head = os.pread(reference.fd, 4, 0)
         if file_type in OBJECT_TYPES and head == ELF_MAGIC:
@@ -741,7 +705,7 @@ def bundle(inputs: Sequence[str | os.PathLike[str]], targets: Sequence[str], out
         return BundleResult(tuple(names), "binary" if comment is None else "text", stats)
 
 
-def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
+def _bundle_object(files: list[InputFile], names: list[str], host_index: int,
                    output: str | os.PathLike[str], outputs: Outputs, *, print_only: bool = False) -> bool:
     """Add one section per entry to the host object with llvm-objcopy, exactly as Clang 19 does.
 
@@ -759,7 +723,7 @@ def _bundle_object(files: list[_InputFile], names: list[str], host_index: int,
             args += [f"--add-section={MAGIC_STR}{name}={source}",
                      f"--set-section-flags={MAGIC_STR}{name}=readonly,exclude"]
         result_path = os.path.join(tmp, "fat.o")
-        if not _run_objcopy(args + ["--", files[host_index].path, result_path], print_only=print_only):
+        if not run_objcopy(args + ["--", files[host_index].path, result_path], print_only=print_only):
             return False
         fd = outputs.create(output)
         with open(result_path, "rb") as src:
@@ -794,7 +758,7 @@ class UnbundleResult(Record):
 def _write_entry(part: BundlePart, entry: BundleEntry, fd: int, *, print_only: bool = False) -> None:
     if entry.host_object:
         assert part.elf_path is not None
-        _strip_bundles(part.elf_path, fd, print_only=print_only)
+        strip_bundles(part.elf_path, fd, print_only=print_only)
     else:
         copy_range(*part.region_of(entry)[:2], fd, entry.size)
 
@@ -826,13 +790,13 @@ def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Seq
     if nothing matched at all, the host target gets a copy of the input (how plain host objects pass
     through an unbundling step).  ``print_external_commands`` is ``-###``: the llvm-objcopy command that
     strips an object bundle for its host output is printed on standard error instead of run, and that
-    output is left empty, as Clang 19 does.
+    output is left empty, as Clang 19 does.  Archives (``-type=a``) are
+    :func:`~offload_builders.formats.bundle_archive.unbundle_archive`'s.
     """
     check_file_type(file_type)
-    if file_type == "a":
-        return unbundle_archive(input, targets, outputs, allow_missing_bundles=allow_missing_bundles,
-                                hip_openmp_compatible=hip_openmp_compatible, llvm_version=llvm_version,
-                                print_external_commands=print_external_commands)
+    if file_type == "a":  # the archive module reads its members with this one: it is not imported from here
+        raise OffloadError("an archive (-type=a) is unbundled by "
+                           "offload_builders.formats.bundle_archive.unbundle_archive")
     if len(outputs) != len(targets):
         raise OffloadError("number of output files and targets should match in unbundling mode")
     ids = validate_targets(targets, bundling=False, llvm_version=llvm_version)
@@ -865,365 +829,3 @@ def unbundle(input: str | os.PathLike[str], targets: Sequence[str], outputs: Seq
         elif not (found_host or not any(e.is_host for e in ids) or allow_missing_bundles):
             raise OffloadError("Can't find bundle for the host target")
         return UnbundleResult(extracted, tuple(data.compression))
-
-
-# ============================================================================================
-# Archives (-type=a, unbundling only)
-# ============================================================================================
-
-
-class ArchiveMember(Record):
-    """A member of an ``ar`` archive: name and where its data is."""
-
-    __slots__ = ("name", "offset", "size")
-    name: str
-    offset: int
-    size: int
-
-    def __init__(self, name: str, offset: int, size: int) -> None:
-        self._init(name, offset, size)
-
-
-def read_archive(region: FileRegion, *, label: str) -> list[ArchiveMember]:
-    """The members of a GNU or BSD archive (symbol tables skipped), each checked against the file."""
-    from offload_builders.formats import _archive  # only -type=a needs it: not at start-up
-
-    head = region.pread(8, 0)
-    if head == _archive.THIN_MAGIC:
-        raise _fail("thin archives are not supported", label, 0)
-    if head != _archive.AR_MAGIC:
-        raise _fail("not an archive (no !<arch> magic)", label, 0)
-    members: list[ArchiveMember] = []
-    for name, header_at, offset, size in _archive.iter_members(
-            region.pread, 0, region.size, lambda message, at: _fail(message, label, at)):
-        try:
-            text = name.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _fail("archive member name is not valid UTF-8", label, header_at) from None
-        members.append(ArchiveMember(text, offset, size))
-    return members
-
-
-def llvm_path_stem(name: str) -> tuple[str, str]:
-    """``(sys::path::stem, sys::path::extension)`` of a file name, LLVM's way (``.x`` has stem ``""``)."""
-    base = name.rsplit("/", 1)[-1]
-    dot = base.rfind(".")
-    if dot < 0 or base in (".", ".."):
-        return base, ""
-    return base[:dot], base[dot:]
-
-
-def archive_member_name(member_name: str, bundle_id: str) -> str:
-    """Clang's name for an extracted entry: ``<stem>-<id><stem><ext>`` with ':' as '_'.
-
-    ``<ext>`` is ``.bc`` when the ID's target ID mentions ``gfx``, ``.cubin`` for ``sm_``, and the
-    member's own extension otherwise.
-    """
-    stem, extension = llvm_path_stem(member_name)
-    target_field = clang19_target_id_field(bundle_id)
-    if "gfx" in target_field:
-        extension = ".bc"
-    elif "sm_" in target_field:
-        extension = ".cubin"
-    return f"{stem}-{bundle_id}{stem}{extension}".replace(":", "_")
-
-
-class _OutMember:
-    """A member of an output archive: its name and where its bytes are.
-
-    A plain class, not a dataclass: building a frozen dataclass costs ~0.3 ms of the command line's
-    start-up, and this record needs none of what it generates.
-    """
-
-    __slots__ = ("name", "fd", "offset", "size")
-
-    def __init__(self, name: str, fd: int, offset: int, size: int) -> None:
-        self.name, self.fd, self.offset, self.size = name, fd, offset, size
-
-    def copy_to(self, fd: int) -> None:
-        """Stream the member's bytes to ``fd`` (what the archive writer asks of a member)."""
-        copy_range(self.fd, self.offset, fd, self.size)
-
-
-def unbundle_archive(input: str | os.PathLike[str], targets: Sequence[str],
-                     outputs: Sequence[str | os.PathLike[str]], *, allow_missing_bundles: bool = False,
-                     hip_openmp_compatible: bool = False, check_input_archive: bool = False,
-                     llvm_version: int = 19, print_external_commands: bool = False) -> UnbundleResult:
-    """Split a static library of bundles into one GNU archive per target, as Clang 19 does.
-
-    Every entry of every member goes to *every* compatible target (in ``-targets`` order), named by
-    :func:`archive_member_name`; compressed members are decompressed first.  A target with nothing
-    compatible is an error, or an empty archive with ``allow_missing_bundles``.
-    ``check_input_archive`` first rejects members whose IDs break the target-ID conflict rule.
-    ``print_external_commands`` (``-###``): a host entry of an object-bundle member is not stripped
-    with llvm-objcopy but the command printed, and the member is empty, as with Clang 19.
-    """
-    if len(outputs) != len(targets):
-        raise OffloadError("number of output files and targets should match in unbundling mode")
-    ids = validate_targets(targets, bundling=False, llvm_version=llvm_version)
-    names = [str(entry) for entry in ids]
-    path = os.fspath(input)
-    collected: dict[str, list[_OutMember]] = {name: [] for name in names}
-    with ExitStack() as stack:
-        opened = _open_input(path, stack)
-        archive = FileRegion(opened.fd, 0, opened.size)
-        members = read_archive(archive, label=path)
-        for member in members:
-            label = f"{path}({member.name})"
-            region = FileRegion(archive.fd, member.offset, member.size)
-            data = read_bundle_input(path, "a", stack, region=region, label=label)
-            if check_input_archive:
-                _check_member_conflicts(data, member.name, path)
-            member_file = member.name.rsplit("/", 1)[-1]
-            for part, entry in data.entries:
-                code_object = parse_bundle_entry_id(entry.id, strict=False)
-                matches = [name for entry_id, name in zip(ids, names) if is_code_object_compatible(
-                    code_object, entry_id, hip_openmp_compatible=hip_openmp_compatible,
-                    llvm_version=llvm_version)]
-                if not matches:
-                    continue
-                if entry.host_object:
-                    import tempfile
-
-                    spool = stack.enter_context(tempfile.TemporaryFile(prefix="offload-bundler-"))
-                    _strip_bundles(part.elf_path or _spool_region(part.region, stack), spool.fileno(),
-                                   print_only=print_external_commands)
-                    fd, offset, size = spool.fileno(), 0, os.fstat(spool.fileno()).st_size
-                else:
-                    fd, offset, size = part.region_of(entry)
-                out_name = archive_member_name(member_file, entry.id)
-                for name in matches:
-                    collected[name].append(_OutMember(out_name, fd, offset, size))
-        for name in names:
-            if not collected[name] and not allow_missing_bundles:
-                raise OffloadError(f"no compatible code object found for the target '{name}' in heterogeneous "
-                                   f"archive library: {path}")
-        symbols: dict[tuple[int, int, int], list[bytes] | None] = {}
-        with Outputs() as out:
-            for name, output in zip(names, outputs):
-                write_archive(out.create(output), collected[name], symbols)
-    return UnbundleResult({os.fspath(o): None for o in outputs})
-
-
-def _check_member_conflicts(data: BundleInput, member: str, archive: str) -> None:
-    entries = []
-    for _, entry in data.entries:
-        entries.append(parse_bundle_entry_id(entry.id, strict=False))
-    try:
-        conflict = find_target_conflict(entries)
-    except TargetIDError as exc:
-        raise BundleFormatError(f"{member} of {archive}: {exc}") from None
-    if conflict is not None:
-        raise OffloadError(f"conflicting TargetIDs [{conflict[0]}, {conflict[1]}] found in {member} of {archive}")
-
-
-# --------------------------------------------------------------------------------------------
-# Writing GNU archives the way llvm::writeArchive does (deterministic, with a symbol table)
-# --------------------------------------------------------------------------------------------
-def write_archive(fd: int, members: Sequence[_OutMember],
-                  symbols_cache: dict[tuple[int, int, int], list[bytes] | None] | None = None) -> None:
-    """Write a GNU archive byte-identical to ``writeArchive(..., NormalSymtab, K_GNU, Deterministic)``
-    (:func:`~offload_builders.formats._archive.write_archive`).
-
-    The symbol table lists the defined global symbols of ELF and LLVM bitcode members (bitcode through
-    its embedded symbol table); ``symbols_cache`` lets several archives that share members read each
-    member's symbols once.
-    """
-    from offload_builders.formats import _archive  # only -type=a needs it: not at start-up
-
-    cache = {} if symbols_cache is None else symbols_cache
-    symbols: list[list[bytes] | None] = []
-    for member in members:
-        key = (member.fd, member.offset, member.size)
-        if key not in cache:
-            cache[key] = member_symbols(FileRegion(*key))
-        symbols.append(cache[key])
-    _archive.write_archive(fd, members, symbols)
-
-
-def member_symbols(region: FileRegion) -> list[bytes] | None:
-    """The archive symbols of a member (defined, global, not format-specific), or None when the
-    member is not a symbolic file (then it adds nothing to the symbol table)."""
-    head = region.pread(4, 0)
-    if head == ELF_MAGIC:
-        return _elf_symbols(region)
-    if head in (b"BC\xc0\xde", b"\xde\xc0\x17\x0b"):
-        return _bitcode_symbols(region)
-    return None
-
-
-def _elf_symbols(region: FileRegion) -> list[bytes] | None:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
-    try:
-        elf = ELFFile(region.as_binary_io())
-        table = next((s for s in elf.iter_sections() if isinstance(s, SymbolTableSection)
-                      and s["sh_type"] == "SHT_SYMTAB"), None)
-        if table is None:
-            return []
-        found = []
-        for index, symbol in enumerate(table.iter_symbols()):
-            info = symbol["st_info"]
-            if (index == 0 or info["type"] in ("STT_FILE", "STT_SECTION") or info["bind"] == "STB_LOCAL"
-                    or symbol["st_shndx"] == "SHN_UNDEF"):
-                continue
-            found.append(symbol.name.encode("latin-1"))
-        return found
-    except (ELFError, struct.error, ValueError, KeyError, IndexError, UnicodeError) as exc:
-        raise BundleFormatError(f"malformed ELF archive member: {exc}") from None
-
-
-# LLVM bitcode: just enough of the bitstream container to find the symbol table the writer embeds
-# (SYMTAB_BLOCK, an irsymtab::storage blob, and STRTAB_BLOCK), which lists the same symbols, with
-# the same flags, that llvm::writeArchive gets by loading the module.
-_BC_STRTAB_BLOCK: Final = 23
-_BC_SYMTAB_BLOCK: Final = 25
-_IRSYM_HEADER: Final = struct.Struct("<I" + "II" * 9)
-_IRSYM_SYMBOL: Final = struct.Struct("<IIIIII")
-_FB_UNDEFINED, _FB_GLOBAL, _FB_FORMAT_SPECIFIC = 3, 10, 11
-
-
-class _Bits:
-    """A little-endian bit reader over bytes (LLVM's bitstream order)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def read(self, width: int) -> int:
-        if width == 0:
-            return 0
-        end = self.pos + width
-        if end > len(self.data) * 8:
-            raise ValueError("bitstream ends early")
-        first, last = self.pos // 8, (end + 7) // 8
-        value = int.from_bytes(self.data[first:last], "little") >> (self.pos % 8)
-        self.pos = end
-        return value & ((1 << width) - 1)
-
-    def vbr(self, width: int) -> int:
-        result, shift = 0, 0
-        while True:
-            piece = self.read(width)
-            result |= (piece & ((1 << (width - 1)) - 1)) << shift
-            if not piece >> (width - 1):
-                return result
-            shift += width - 1
-            if shift > 64:
-                raise ValueError("VBR value too long")
-
-    def align32(self) -> None:
-        self.pos = (self.pos + 31) // 32 * 32
-
-
-def _bitcode_blob(body: bytes, abbrev_width: int) -> bytes | None:
-    """The first blob operand of a record in a block body (STRTAB_BLOB / SYMTAB_BLOB)."""
-    bits = _Bits(body)
-    abbrevs: list[list[tuple[str, int]]] = []
-    while bits.pos < len(body) * 8:
-        code = bits.read(abbrev_width)
-        if code == 0:  # END_BLOCK
-            return None
-        if code == 1:
-            raise ValueError("unexpected sub-block")
-        if code == 2:  # DEFINE_ABBREV
-            ops: list[tuple[str, int]] = []
-            for _ in range(bits.vbr(5)):
-                if bits.read(1):
-                    ops.append(("literal", bits.vbr(8)))
-                    continue
-                encoding = bits.read(3)
-                kind = {1: "fixed", 2: "vbr", 3: "array", 4: "char6", 5: "blob"}.get(encoding)
-                if kind is None:
-                    raise ValueError("bad abbreviation encoding")
-                ops.append((kind, bits.vbr(5) if kind in ("fixed", "vbr") else 0))
-            abbrevs.append(ops)
-            continue
-        if code == 3:  # UNABBREV_RECORD
-            bits.vbr(6)
-            for _ in range(bits.vbr(6)):
-                bits.vbr(6)
-            continue
-        ops = abbrevs[code - 4]
-        index = 0
-        while index < len(ops):
-            kind, width = ops[index]
-            if kind == "literal":
-                pass
-            elif kind == "fixed":
-                bits.read(width)
-            elif kind == "vbr":
-                bits.vbr(width)
-            elif kind == "char6":
-                bits.read(6)
-            elif kind == "array":
-                element_kind, element_width = ops[index + 1]
-                for _ in range(bits.vbr(6)):
-                    bits.read(6) if element_kind == "char6" else (
-                        bits.read(element_width) if element_kind == "fixed" else bits.vbr(element_width))
-                index += 1
-            elif kind == "blob":
-                length = bits.vbr(6)
-                bits.align32()
-                start = bits.pos // 8
-                if start + length > len(body):
-                    raise ValueError("blob runs past the block")
-                return body[start:start + length]
-            index += 1
-    return None
-
-
-def _bitcode_symbols(region: FileRegion) -> list[bytes] | None:
-    """Archive symbols of an LLVM bitcode member from its embedded symbol table.
-
-    None (no symbol-table entry, as llvm-ar does for bitcode it cannot read) when the file has no
-    usable table.
-    """
-    try:
-        start = 0
-        head = region.pread(20, 0)
-        if head[:4] == b"\xde\xc0\x17\x0b":  # wrapper header: magic, version, offset, size, cputype
-            start = struct.unpack_from("<I", head, 8)[0]
-        if region.pread(4, start) != b"BC\xc0\xde":
-            return None
-        position = start + 4
-        blobs: dict[int, bytes] = {}
-        while position + 4 <= region.size:
-            prefix = region.pread(16, position)
-            bits = _Bits(prefix)
-            if bits.read(2) != 1:  # anything but ENTER_SUBBLOCK ends the top level
-                break
-            block_id = bits.vbr(8)
-            width = bits.vbr(4)
-            bits.align32()
-            words = bits.read(32)
-            body_at = position + bits.pos // 8
-            if body_at + 4 * words > region.size:
-                raise ValueError("block runs past the end of the file")
-            if block_id in (_BC_STRTAB_BLOCK, _BC_SYMTAB_BLOCK):
-                blob = _bitcode_blob(region.pread(4 * words, body_at), width)
-                if blob is not None:
-                    blobs[block_id] = blob
-            position = body_at + 4 * words
-        symtab, strtab = blobs.get(_BC_SYMTAB_BLOCK), blobs.get(_BC_STRTAB_BLOCK)
-        if symtab is None or strtab is None or len(symtab) < _IRSYM_HEADER.size:
-            return None
-        header = _IRSYM_HEADER.unpack_from(symtab)
-        if header[0] not in (2, 3):  # irsymtab::storage::Header::kCurrentVersion
-            return None
-        symbols_at, symbol_count = header[7], header[8]
-        if symbols_at + symbol_count * _IRSYM_SYMBOL.size > len(symtab):
-            return None
-        found = []
-        for index in range(symbol_count):
-            at = symbols_at + index * _IRSYM_SYMBOL.size
-            name_at, name_size, _, _, _, flags = _IRSYM_SYMBOL.unpack_from(symtab, at)
-            if not flags >> _FB_GLOBAL & 1 or flags >> _FB_UNDEFINED & 1 or flags >> _FB_FORMAT_SPECIFIC & 1:
-                continue
-            if name_at + name_size > len(strtab):
-                return None
-            found.append(strtab[name_at:name_at + name_size])
-        return found
-    except (ValueError, IndexError, struct.error):
-        return None

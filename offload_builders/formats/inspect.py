@@ -41,15 +41,15 @@ from offload_builders.formats.bundle import (
     TEXT_COMMENTS,
     BundleEntry,
     copy_range,
-    find_llvm_objcopy,
     parse_binary_bundle,
     parse_object_bundle,
     parse_text_bundle,
-    read_archive,
 )
+from offload_builders.formats.bundle_archive import read_archive
 from offload_builders.formats.compressed import MAGIC as CCOB_MAGIC, FileRegion, open_decompressed
 from offload_builders.formats.containers import ContainerKind, FoundBinary, extract_offload_binaries, identify
 from offload_builders.formats.elf import SHT_NOBITS, read_sections
+from offload_builders.formats.llvm_objcopy import find_llvm_objcopy
 from offload_builders.formats.offload_binary import ImageKind, kind_table
 
 __all__ = [
