@@ -16,7 +16,10 @@ tool can make one node per target and ``offload-link`` can run the same pipeline
 * :mod:`~offload_builders.linking.wrapping`: which offload kinds register each image, and the one
   registration object of a program;
 * :mod:`~offload_builders.linking.registration`: the registration code itself, as
-  ``clang-linker-wrapper`` generates it.
+  ``clang-linker-wrapper`` generates it, over its IR vocabulary
+  (:mod:`~offload_builders.linking.registration_ir`), with the image groups' registration
+  (:mod:`~offload_builders.linking.group_registration`) and the code generation to an object
+  (:mod:`~offload_builders.linking.registration_codegen`).
 
 The extract and device-link steps' names are re-exported here, where the SCons tool and ``offload-link``
 use them (``linking.scan_link_inputs``).
