@@ -42,7 +42,6 @@ Variables, set only where the user has not:
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import SCons.Action
 import SCons.Builder
@@ -68,6 +67,7 @@ from offload_builders.models.cuda import (
 from offload_builders.phase_table import CUDA, Phase, node_name
 from offload_builders.scons import gpu, hip
 from offload_builders.scons.actions import PhaseCommandAction, node_action, phase_action
+from offload_builders.scons.construction_variables import SET_BY_CUDA, defaults_of
 from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path
 from offload_builders.scons.rendering import Renderer, node_flags, node_memo
 from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, override_environment
@@ -84,11 +84,6 @@ from offload_builders.scons.variables import (
     user_error,
 )
 from offload_builders.targets import TargetID
-
-_DEFAULTS: dict[str, Any] = {
-    "OFFLOAD_CUDA_FLAGS": [],
-    "OFFLOAD_CUDA_CUID": "$_OFFLOAD_CUDA_DEFAULT_CUID",
-}
 
 #: The fat binary's command of CUDA nodes while ``$OFFLOAD_BUNDLECOM`` is HIP's in-process bundle writer.
 FATBINARY_COM = "$_OFFLOAD_FATBINARY_CMD"
@@ -349,7 +344,8 @@ object_emitter = _object_emitter
 
 def generate_objects(env) -> None:
     """What every environment needs to compile CUDA sources, whatever its ``$OFFLOAD_MODEL``."""
-    gpu.generate_sources(env, _DEFAULTS, CUDA_SUFFIXES)  # and header dependencies of .cu sources, as for C++
+    # The variables, and header dependencies of .cu sources, as for C++.
+    gpu.generate_sources(env, defaults_of(SET_BY_CUDA), CUDA_SUFFIXES)
     env["_OFFLOAD_CUDA_DEFAULT_CUID"] = gpu.default_cuid_var
     env["_OFFLOAD_FATBINARY_CMD"] = _fatbinary_cmd
 

@@ -63,7 +63,7 @@ device libraries for a target are missing, and neither where the user's flags ch
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import SCons.Action
 import SCons.Builder
@@ -92,7 +92,7 @@ from offload_builders.models.hip import (
     link_fatbin_spec,
     write_fatbin,
 )
-from offload_builders.phase_table import HIP, Phase, node_name, row
+from offload_builders.phase_table import HIP, Phase, node_name
 from offload_builders.scons import gpu
 from offload_builders.scons.actions import (
     CachingLazyAction,
@@ -101,6 +101,7 @@ from offload_builders.scons.actions import (
     node_action,
     phase_action,
 )
+from offload_builders.scons.construction_variables import SET_BY_HIP, defaults_of
 from offload_builders.scons.gpu import source_cuid
 from offload_builders.scons.link_nodes import OffloadLinkWarning
 from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, partial_path, side_path
@@ -112,7 +113,6 @@ from offload_builders.scons.variables import (
     node_target,
     node_targets,
     phase_model,
-    set_default,
     target_flags,
     toolchain_exists,
     toolchain_for,
@@ -122,19 +122,6 @@ from offload_builders.targets import TargetID
 
 if TYPE_CHECKING:
     from offload_builders.formats.compressed import CompressionOptions
-
-#: HIP's variables and their defaults; the shared ones (``$OFFLOAD_HOSTCOM`` ...) keep the OpenMP
-#: defaults, whose ``$_OFFLOAD_*`` callables this module replaces.
-_DEFAULTS: dict[str, Any] = {
-    "OFFLOAD_HIP_FLAGS": [],
-    "OFFLOAD_HIP_RUNTIME": None,
-    "OFFLOAD_HIP_CUID": "$_OFFLOAD_HIP_DEFAULT_CUID",
-    "OFFLOAD_HIP_RDC": None,  # the old name of $OFFLOAD_RDC (None: unset; see offload_builders.models.rdc_setting)
-    "OFFLOAD_HIP_COMPRESS": None,
-    "OFFLOAD_HIP_COMPRESSION_LEVEL": None,
-    # The OpenMP link's per-target device link has the same variables; HIP only swaps the callable.
-    "OFFLOAD_DEVICELINKCOM": row(Phase.DEVICELINK, HIP).default,
-}
 
 #: The variable whose value is a HIP source's CUID.
 CUID_VARIABLE = "OFFLOAD_HIP_CUID"
@@ -465,8 +452,8 @@ object_emitter = _object_emitter
 def generate_objects(env) -> None:
     """What every environment needs to compile HIP sources, whatever its ``$OFFLOAD_MODEL`` (called by the
     ``offload`` tool's generate): the variables, set only where the user has not, and the bundle writer."""
-    gpu.generate_sources(env, _DEFAULTS, HIP_SUFFIXES)  # and header dependencies of .hip sources, as for C++
-    set_default(env, "OFFLOAD_BUNDLECOM", offload_bundle)  # the in-process bundle writer
+    # The variables ($OFFLOAD_BUNDLECOM: the in-process bundle writer) and header dependencies of .hip sources.
+    gpu.generate_sources(env, defaults_of(SET_BY_HIP, globals()), HIP_SUFFIXES)
     env["_OFFLOAD_HIP_DEFAULT_CUID"] = gpu.default_cuid_var
     env["_OFFLOAD_BUNDLE_SIG"] = _bundle_signature
 

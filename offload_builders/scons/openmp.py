@@ -37,6 +37,7 @@ from offload_builders.models.openmp import (
 )
 from offload_builders.phase_table import OPENMP, Phase, node_name
 from offload_builders.scons.actions import PhaseCommandAction, RemoveSideFile, node_action, phase_action
+from offload_builders.scons.construction_variables import SET_BY_OPENMP, defaults_of
 from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, own_outputs, partial_path, side_path
 from offload_builders.scons.rendering import Renderer, compile_flags, mark_model, node_memo
 from offload_builders.scons.scanning import SHARED_SOURCE_SCANNER, command_dependency_overrides, override_environment
@@ -411,4 +412,5 @@ def generate(env) -> None:
     default of ``$OFFLOAD_PACKAGECOM`` (called by the tool's ``generate``; the renderers both models share
     dispatch per node, see :class:`offload_builders.scons.rendering.ModelRenderer`)."""
     env["_OFFLOAD_EMBED_CC1"] = _embed_cc1
-    set_default(env, "OFFLOAD_PACKAGECOM", PACKAGE_IN_PROCESS)  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
+    for key, value in defaults_of(SET_BY_OPENMP, globals()).items():  # '$_OFFLOAD_PACKAGE_CMD' runs the packager
+        set_default(env, key, value)

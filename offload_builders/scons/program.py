@@ -53,6 +53,7 @@ from offload_builders.errors import OffloadError
 from offload_builders.phase_table import CUDA, HIP, LINK, OPENMP, Phase, row
 from offload_builders.scons import groups, hip, openmp
 from offload_builders.scons.actions import FUNCTION_PHASE_VARLIST, function_phase, in_process_action
+from offload_builders.scons.construction_variables import SET_BY_PROGRAM, defaults_of
 from offload_builders.scons.groups import GROUPLINK_IN_PROCESS, GROUPS_IN_PROCESS
 from offload_builders.scons.link_nodes import (
     OffloadLinkWarning,
@@ -69,6 +70,7 @@ from offload_builders.scons.variables import (
     model_targets_for,
     node_target,
     selected_targets,
+    set_default,
     toolchain_for,
     warn_unmatched_keys,
 )
@@ -509,18 +511,8 @@ def generate(env) -> None:
     env["_OFFLOAD_WRAPPER_OBJECT"] = wrapper_object
     env["_OFFLOAD_HOST_RUNTIME"] = host_runtime
     env["_OFFLOAD_HIP_WRAP_SIG"] = hip.wrap_signature
-    if "OFFLOAD_EXTRACTCOM" not in env:
-        env["OFFLOAD_EXTRACTCOM"] = EXTRACT_IN_PROCESS
-    if "OFFLOAD_WRAPCOM" not in env:
-        env["OFFLOAD_WRAPCOM"] = WRAP_IN_PROCESS
-    if "OFFLOAD_RUNTIMESYMSCOM" not in env:
-        env["OFFLOAD_RUNTIMESYMSCOM"] = RUNTIMESYMS_IN_PROCESS
-    if "OFFLOAD_RUNTIMELINKCOM" not in env:
-        env["OFFLOAD_RUNTIMELINKCOM"] = RUNTIMELINK_IN_PROCESS
-    if "OFFLOAD_GROUPSCOM" not in env:
-        env["OFFLOAD_GROUPSCOM"] = GROUPS_IN_PROCESS
-    if "OFFLOAD_GROUPLINKCOM" not in env:
-        env["OFFLOAD_GROUPLINKCOM"] = GROUPLINK_IN_PROCESS
+    for key, value in defaults_of(SET_BY_PROGRAM, globals()).items():  # the in-process link phases
+        set_default(env, key, value)
 
 
 __all__ = ["CUDA_RUNTIME_LIBRARY", "EXTRACT_IN_PROCESS", "GROUPLINK_IN_PROCESS", "GROUPS_IN_PROCESS",

@@ -44,9 +44,9 @@ import SCons.Subst
 import SCons.Util
 
 from offload_builders import leftovers
-from offload_builders.phase_table import OPENMP, command_defaults, message_defaults
 from offload_builders.scons import compilation_database, hip, objects, openmp, program
 from offload_builders.scons.actions import HostLinkAction, PhaseCommandAction, in_process_action, node_action
+from offload_builders.scons.construction_variables import SET_BY_TOOL, defaults_of
 from offload_builders.scons.external import link_builder
 from offload_builders.scons.link_nodes import (
     OffloadLinkWarning,
@@ -60,7 +60,7 @@ from offload_builders.scons.outputs import (
     CLEAN_LEFTOVERS,
     COMMIT,
     REMOVE_STALE,
-    JournalingCacheDir,
+    JournalingCacheDir,  # noqa: F401 - $CACHEDIR_CLASS' default, which defaults_of finds in globals()
     clean_leftovers,
     partial_path,
     unrecorded_outputs,
@@ -75,6 +75,7 @@ from offload_builders.scons.variables import (
     toolchain_exists,
     toolchain_for,
 )
+from offload_builders.toolchain import Toolchain
 
 #: What this module offered before the tool was split into shared, model and registration modules.
 __all__ = [
@@ -82,29 +83,6 @@ __all__ = [
     "OffloadTargetKeyWarning", "clean_leftovers", "depend_on_device_libraries", "exists", "generate",
     "in_process_action", "program_stamp", "selected_targets",
 ]
-#: Construction variables this tool reads, with their defaults (set only where the user has not).
-_DEFAULTS: dict[str, Any] = {
-    "OFFLOAD_MODEL": "openmp",  # or "hip": the model of C and C++ sources, read per source (.hip: always HIP)
-    "OFFLOAD_RDC": None,  # relocatable device code (HIP); $OFFLOAD_HIP_RDC is its old name
-    "OFFLOAD_ARCHS": ["x86_64"],
-    "OFFLOAD_FLAGS": [],
-    "OFFLOAD_TARGET_FLAGS": {},
-    "OFFLOAD_LINKFLAGS": [],
-    "OFFLOAD_PARTIAL_SUFFIX": ".partial",
-    "OFFLOAD_PROBE_CACHE": ".sconsign.offload-probes.json",  # relative to the top directory; '' disables
-    # $OFFLOAD_HOSTCOM, DEVICECOM, ASSEMBLECOM, EMBEDCOM, ARCOM, DEVICELINKCOM and LINKCOM: the phase table's.
-    **command_defaults(OPENMP),
-    # $OFFLOAD_RUNTIMESYMSCOMSTR and RUNTIMELINKCOMSTR: the NVPTX device runtime's nodes print a message, not a repr.
-    **message_defaults(OPENMP),
-    "OFFLOAD_DEVICE_LINKFLAGS": ["$_OFFLOAD_DEVICE_LINK_LEVEL"],  # the -O of the link or compile flags, else -O2
-    "OFFLOAD_TARGET_LINKFLAGS": {},
-    "OFFLOAD_DEPLOY_DEVICES": [],  # e.g. ["gfx90a:sramecc+:xnack-", "sm_90"]: each must find an image
-    # The libraries a program with CUDA code links for the CUDA runtime; None: the installation's libcudart
-    # (see offload_builders.scons.program.cuda_runtime_arguments), [] none.
-    "OFFLOAD_CUDA_RUNTIME": None,
-}
-
-
 #: The suffix of a static library's scratch directory, ``<target>.ar/``, where ``ar`` and ``ranlib`` write the
 #: archive (see :class:`ArchiveInScratch`); the next run of the node empties it, ``scons -c`` removes it.
 ARCHIVE_SCRATCH_SUFFIX = ".ar"
@@ -244,6 +222,15 @@ def refuse_ninja_generator() -> None:
             "drive Ninja through Meson and offload-compile (README: Meson and Ninja)")
 
 
+def _lld_link_flags(env, toolchain: Toolchain) -> list[str]:
+    """``$OFFLOAD_LINKFLAGS``' default: ``-fuse-ld=lld`` where the toolchain has ``ld.lld`` and ``$LINKFLAGS``
+    chooses no linker, else none."""
+    if not toolchain.optional_tool("ld.lld"):
+        return []
+    linker_chosen = any(str(flag).startswith("-fuse-ld") for flag in SCons.Util.flatten(env.get("LINKFLAGS", [])))
+    return [] if linker_chosen else ["-fuse-ld=lld"]
+
+
 def generate(env, **kwargs: Any) -> None:
     """Add the offload builders and variables to ``env`` without overwriting anything the user set."""
     refuse_ninja_generator()
@@ -252,16 +239,13 @@ def generate(env, **kwargs: Any) -> None:
         env[name if name.startswith("OFFLOAD_") else f"OFFLOAD_{name}"] = value
     toolchain = toolchain_for(env)
     unrecorded_outputs(env)  # before anything is built: outputs a killed build left unrecorded go
-    set_default(env, "CACHEDIR_CLASS", JournalingCacheDir)  # retrievals are journaled too
-    set_default(env, "OFFLOAD_CC", str(toolchain.clang))
     cxx = toolchain.cxx_command  # a wrapper with no C++ twin: itself with --driver-mode=g++
-    set_default(env, "OFFLOAD_CXX", cxx[0] if len(cxx) == 1 else list(cxx))
-    for key, value in _DEFAULTS.items():
+    computed = {"OFFLOAD_CC": str(toolchain.clang), "OFFLOAD_CXX": cxx[0] if len(cxx) == 1 else list(cxx),
+                "OFFLOAD_LINKFLAGS": _lld_link_flags(env, toolchain)}
+    for key, value in defaults_of(SET_BY_TOOL, globals(), computed).items():  # $CACHEDIR_CLASS: ours journals
         set_default(env, key, value)
-    if "OFFLOAD_LINKFLAGS" in env and not env["OFFLOAD_LINKFLAGS"] and toolchain.optional_tool("ld.lld"):
-        linker_chosen = any(str(flag).startswith("-fuse-ld") for flag in SCons.Util.flatten(env.get("LINKFLAGS", [])))
-        if not linker_chosen:
-            env["OFFLOAD_LINKFLAGS"] = SCons.Util.CLVar(["-fuse-ld=lld"])
+    if not env["OFFLOAD_LINKFLAGS"] and computed["OFFLOAD_LINKFLAGS"]:  # an empty value of the user's takes it too
+        env["OFFLOAD_LINKFLAGS"] = SCons.Util.CLVar(computed["OFFLOAD_LINKFLAGS"])
     env["_OFFLOAD_TARGET_LINKFLAGS"] = target_link_flags
     env["_OFFLOAD_DEVICE_LINK_LEVEL"] = device_link_level
     openmp.generate(env)
