@@ -104,7 +104,7 @@ PHASES: tuple[PhaseRow, ...] = (
     # Not RDC, the device object is the link's input alone: the code object's node compiles, links and removes it.
     PhaseRow(Phase.DEVICELINK, (HIP,), "device link", "{stem}.{target}.hsaco", Scope.TARGET, _C, _CMD,
              "$_OFFLOAD_DEVICE_LINK_CMD"),
-    PhaseRow(Phase.BUNDLE, (HIP,), "fat binary", "{stem}.hipfb", Scope.SOURCE, _C, _ACT, "offload_bundle"),
+    PhaseRow(Phase.BUNDLE, (HIP,), "fat binary", "{stem}.hipfb", Scope.SOURCE, _C, _ACT, "BUNDLE_IN_PROCESS"),
     PhaseRow(Phase.PACKAGE, (HIP,), "package", "{stem}.offload.pkg", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_PACKAGE_CMD"),
     PhaseRow(Phase.HOST, (HIP,), "host compile", "{stem}{obj}", Scope.SOURCE, _C, _CMD, "$_OFFLOAD_HOST_CC1"),
     # CUDA, per source: device compile (PTX) and ptxas (cubin), one node per target whose targets are the cubin and

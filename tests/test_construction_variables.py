@@ -232,3 +232,8 @@ def test_a_loaded_tool_overwrites_no_value_of_the_users(tmp_path, llvm19):
     loaded = load_the_tool(tmp_path, users)
     assert {name: loaded["values"][name] for name in users} == users
     assert not {name for name in loaded["added"] if not name.startswith("_OFFLOAD_")}
+
+
+def test_a_users_empty_link_flags_are_kept(tmp_path, llvm19):
+    """``OFFLOAD_LINKFLAGS=[]`` of the user's chooses no linker: the tool does not put ``-fuse-ld=lld`` in it."""
+    assert load_the_tool(tmp_path, {"OFFLOAD_LINKFLAGS": []})["values"]["OFFLOAD_LINKFLAGS"] == []

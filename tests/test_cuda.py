@@ -210,29 +210,6 @@ def test_adding_a_target_compiles_only_that_target_and_removing_one_compiles_not
     assert [arch for kind, arch in fatbin_entries(project.root / "scale.o") if kind == "elf"] == ["sm_86", "sm_90"]
 
 
-#: The last commit whose CUDA sources had a ``ptxas`` node per target of its own, after the device compile's node.
-BEFORE_CUDA_PTXAS_IN_DEVICE_NODE = "aa7999a"
-
-
-def test_a_tree_built_with_separate_ptxas_nodes_compiles_and_assembles_once_and_links_nothing(project, tmp_path):
-    """``ptxas`` became the second step of a CUDA device compile's node: a tree built before reruns each device
-    compile and ``ptxas`` once, which give the same PTX and cubins, so no fat binary, host compile or link runs
-    again."""
-    from test_scons_tool import checkout_of
-
-    earlier = checkout_of(BEFORE_CUDA_PTXAS_IN_DEVICE_NODE, tmp_path / "earlier")
-    run_scons(project.root, env=earlier)
-    outputs = {path.name: path.read_bytes() for path in project.root.iterdir()
-               if path.suffix in (".s", ".cubin", ".fatbin", ".o") or path.name == "prog"}
-    assert len([name for name in outputs if name.endswith(".cubin")]) == 4, sorted(outputs)
-    upgraded = project.scons()
-    cubins = ["scale.sm_80.cubin", "scale.sm_90.cubin", "shift.sm_80.cubin", "shift.sm_90.cubin"]
-    assert targets_of(upgraded, "DEVICE") == targets_of(upgraded, "ASSEMBLE") == cubins, upgraded.output
-    assert len(upgraded.commands) == 8, upgraded.output
-    assert {name: (project.root / name).read_bytes() for name in outputs} == outputs
-    assert project.scons().commands == []
-
-
 def test_a_cuda_source_without_an_nvptx_target_is_one_error(project):
     build = project.scons("archs=x86_64,gfx90a", "program=0", check=False)
     assert build.returncode != 0

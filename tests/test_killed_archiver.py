@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_scons_tool import SCONS, SIGNATURES_OF, checkout_of, run_scons
+from test_scons_tool import BEFORE_VERSIONED_ACTIONS, SCONS, checkout_of, run_scons
 
 pytestmark = pytest.mark.slow
 
@@ -179,11 +179,17 @@ def test_a_thin_archive_is_written_beside_the_library(tmp_path):
 
 
 @pytest.mark.parametrize("ranlib", [True, False])
-def test_a_library_built_before_the_scratch_directory_is_up_to_date(tmp_path, ranlib):
-    """The archive's commands moved into the scratch directory, signed as they were: a library the code of
-    :data:`test_scons_tool.SIGNATURES_OF` built is up to date (with ``ranlib`` after the commit, or none)."""
+def test_a_library_built_before_versioned_actions_is_rebuilt_once(tmp_path, ranlib):
+    """A library the code of :data:`test_scons_tool.BEFORE_VERSIONED_ACTIONS` built (with ``ranlib`` after the
+    commit, or none) is archived once more, byte for byte as before, and is then up to date."""
     root = _project(tmp_path / "proj")
     args = () if ranlib else ("ranlib=0",)
-    run_scons(root, *args, env=checkout_of(SIGNATURES_OF, tmp_path / "earlier"))
-    assert run_scons(root, "-q", *args, env=dict(os.environ), check=False).returncode == 0
+    run_scons(root, *args, env=checkout_of(BEFORE_VERSIONED_ACTIONS, tmp_path / "earlier"))
+    libraries = {path: path.read_bytes() for path in root.rglob("*.a")}
+    assert libraries
+    assert run_scons(root, "-q", *args, env=dict(os.environ), check=False).returncode != 0
+    run_scons(root, *args)
+    assert {path: path.read_bytes() for path in root.rglob("*.a")} == libraries
     assert run_scons(root, *args).output.strip() == "scons: `.' is up to date."
+
+

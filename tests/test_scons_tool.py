@@ -371,9 +371,11 @@ def test_the_declared_graph_is_out_of_the_garbage_collectors_reach(project, tmp_
     assert done.stdout.strip() == "declared ['out/k.o', 'out/prog'] frozen 0", done.stdout + done.stderr
 
 
-#: A commit whose build signatures and commands this code keeps: a tree it built must stay up to date. Move it
-#: forward only with a change that is meant to rebuild every user's tree (and say so in the change).
-SIGNATURES_OF = "5d73066"
+#: The last commit whose in-process steps (the commit and sweep every node runs, the package, extract, wrap...)
+#: SCons signed by their bytecode: every tree, ``CacheDir`` entry and REAPI key it made misses once under the
+#: declared versions (offload_builders.scons.versioned_actions). Before it, trees were kept up to date across
+#: each change of the nodes' code; since, a node's signature changes only with its command or a step's version.
+BEFORE_VERSIONED_ACTIONS = "767601a"
 
 
 def checkout_of(commit: str, root: Path) -> dict[str, str]:
@@ -400,98 +402,51 @@ def with_cuda_12_tools(env: dict[str, str] | None = None) -> dict[str, str]:
     return dict(env or os.environ, CUDA_PATH=str(nvptx_tools.compose_wheel_tools(*wheels)))
 
 
-#: The last commit whose OpenMP objects had a package node of their own (``<stem>.offload.pkg``).
-BEFORE_PACKAGE_IN_OBJECT = "b350455"
-
-#: The last commit whose OpenMP NVPTX targets had a ``ptxas`` node of their own, after a ``<stem>.<target>.dev.s``
-#: device compile node.
-BEFORE_PTXAS_IN_DEVICE_NODE = "15aa5fc"
+def _lines(build: Build) -> list[str]:
+    """The messages and commands a build printed (not SCons' own lines)."""
+    return [line for line in build.output.splitlines() if line.strip() and not line.startswith("scons:")]
 
 
-@pytest.mark.parametrize(("commit", "reruns"), [
-    (BEFORE_PACKAGE_IN_OBJECT, {"DEVICE": 2, "ASSEMBLE": 2, "PACKAGE": 2, "EMBED": 2}),
-    (BEFORE_PTXAS_IN_DEVICE_NODE, {"DEVICE": 2, "ASSEMBLE": 2}),
-])
-def test_a_tree_built_with_nodes_now_folded_reruns_them_once_and_links_nothing(project, tmp_path, commit, reruns):
-    """The package became a step of the object's node, ``ptxas`` a step of the NVPTX device compile's node: a
-    tree built before reruns those steps once (each NVPTX device compile and ptxas; each object's package
-    in the SCons process and its embed, one ``-cc1`` a source), which give the same cubins and objects, so
-    nothing else runs again; the old package and PTX files are no longer the build's."""
-    earlier = with_cuda_12_tools(checkout_of(commit, tmp_path / "earlier"))
-    run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=earlier)
-    outputs = {name: (project.root / "build" / name).read_bytes()
-               for name in ("main.o", "scale.o", "main.sm_80.dev.cubin.o", "scale.sm_80.dev.cubin.o", "prog")}
-    upgraded = run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=with_cuda_12_tools())
-    assert upgraded.by_phase == reruns, upgraded.output
-    assert all(".sm_80." in target for phase, target in upgraded.commands if phase in ("DEVICE", "ASSEMBLE"))
-    assert {name: (project.root / "build" / name).read_bytes() for name in outputs} == outputs
-    assert run_scons(project.root, "archs=x86_64,sm_80,gfx90a", env=with_cuda_12_tools()).commands == []
-    assert not list((project.root / "build").glob("*.ptx")), sorted((project.root / "build").iterdir())
+def _built_files(root: Path) -> dict[str, bytes]:
+    """Every file a build wrote under ``root`` (SCons' own state and the probe cache left out)."""
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*"))
+            if path.is_file() and not path.name.startswith(".sconsign") and "__pycache__" not in path.parts}
 
 
-#: The last commit whose HIP objects had a device compile node of their own (``<stem>.<target>.dev.o``) before
-#: the code object's.
-BEFORE_HIP_LINK_IN_DEVICE_NODE = "4919ff7"
-
-
-def test_a_hip_tree_built_with_device_object_nodes_compiles_and_links_its_code_objects_once(tmp_path):
-    """HIP's device compile became the first step of the code object's node: a tree built before reruns each
-    device compile and link once, which give the same code objects, so no fat binary, host compile or
-    archive runs again; the old device objects are no longer the build's."""
-    from test_hip import Sample
-
-    earlier = checkout_of(BEFORE_HIP_LINK_IN_DEVICE_NODE, tmp_path / "earlier")
-    sample = Sample(tmp_path / "hip")
-    run_scons(sample.root, env=earlier)
-    build = sample.root / "build"
-    outputs = {path.name: path.read_bytes() for path in build.iterdir() if path.suffix in (".hsaco", ".hipfb", ".o")}
-    code_objects = sorted(name for name in outputs if name.endswith(".hsaco"))
-    assert len(code_objects) >= 2, sorted(outputs)
-    upgraded = sample.scons()  # the sample's own messages, read by test_hip's Build
-    assert collections.Counter(phase for phase, _ in upgraded.commands) == {
-        "DEVICE": len(code_objects), "DEVICELINK": len(code_objects)}, upgraded.output
-    assert sorted(target.rpartition("/")[2] for phase, target in upgraded.commands if phase == "DEVICE") == code_objects
-    assert {name: (build / name).read_bytes() for name in outputs} == outputs
-    assert sample.scons().commands == []
-    assert not list(build.glob("*.device.o")), sorted(build.iterdir())
-
-
-def test_a_tree_an_earlier_version_built_is_up_to_date(project, tmp_path, llvm19, cuda):
-    """Speeding up how commands and signatures are rendered must not change them: what the code of
-    :data:`SIGNATURES_OF` built (OpenMP for the host CPU, NVPTX and AMDGPU; HIP and CUDA objects and
-    programs) is up to date for this code, and SCons' question mode agrees."""
+@pytest.mark.parametrize("tree", ["openmp", "openmp image groups", "openmp runtime node", "hip", "cuda"])
+def test_a_tree_built_before_versioned_actions_rebuilds_once_then_is_up_to_date(project, tmp_path, llvm19, tree):
+    """A tree the code before the declared versions built (OpenMP for the host CPU, NVPTX and AMDGPU, with image
+    groups or the NVPTX runtime's nodes; HIP and CUDA objects and programs) reruns every node once: the steps'
+    signatures changed, not their commands, so each writes the same bytes; then it is up to date, and SCons'
+    question mode agrees."""
     import test_cuda
     from test_hip import Sample
 
-    earlier = checkout_of(SIGNATURES_OF, tmp_path / "earlier")
-    hip, cuda_project = Sample(tmp_path / "hip"), test_cuda.Project(tmp_path / "cuda", llvm19("clang++"))
-    # The OpenMP NVPTX tree with the CUDA 12 tools on both sides (see with_cuda_12_tools); HIP and CUDA as they are.
-    for root, args, now in ((project.root, ("archs=x86_64,sm_80,gfx90a",), with_cuda_12_tools()),
-                            (hip.root, ("program=1",), None), (cuda_project.root, (), None)):
-        then = with_cuda_12_tools(earlier) if now is not None else earlier
-        run_scons(root, *args, env=then)
-        assert run_scons(root, "-q", *args, env=then, check=False).returncode == 0, root  # it was built
-        # SCons' question mode: exit status 0 only when every node is up to date (it runs nothing)
-        assert run_scons(root, "-q", *args, env=now, check=False).returncode == 0, root
-        again = run_scons(root, *args, env=now)
-        assert again.commands == [] and "is up to date" in again.output, again.output
-
-
-#: The last commit before issue 31's layout (modules moved into packages, ``scons/common.py`` split): no
-#: signature was meant to change.
-BEFORE_LAYOUT = "945018e"
-
-
-@pytest.mark.parametrize("options", [("groups=1",), ("nvptx_runtime_node=1", "runtime_phases=1")])
-def test_a_tree_built_before_the_layout_change_is_up_to_date(project, tmp_path, options):
-    """The in-process actions moved with their modules: image groups' plan, link and wrap, the NVPTX runtime's
-    nodes, extract and wrap, whose signatures are their functions' bytecode and names (an import statement
-    included). A tree the code before the move built with them is up to date for this code."""
-    args = ("archs=x86_64,sm_80,gfx90a", *options)
-    run_scons(project.root, *args, env=with_cuda_12_tools(checkout_of(BEFORE_LAYOUT, tmp_path / "earlier")))
-    now = with_cuda_12_tools()
-    assert run_scons(project.root, "-q", *args, env=now, check=False).returncode == 0
-    again = run_scons(project.root, *args, env=now)
+    earlier = checkout_of(BEFORE_VERSIONED_ACTIONS, tmp_path / "earlier")
+    openmp = ("archs=x86_64,sm_80,gfx90a",)
+    root, args, then, now = {
+        "openmp": (project.root, openmp, with_cuda_12_tools(earlier), with_cuda_12_tools()),
+        "openmp image groups": (project.root, (*openmp, "groups=1"), with_cuda_12_tools(earlier),
+                                with_cuda_12_tools()),
+        "openmp runtime node": (project.root, (*openmp, "nvptx_runtime_node=1", "runtime_phases=1"),
+                                with_cuda_12_tools(earlier), with_cuda_12_tools()),
+        "hip": (tmp_path / "hip", ("program=1",), earlier, None),
+        "cuda": (tmp_path / "cuda", (), earlier, None),
+    }[tree]
+    if tree == "hip":
+        Sample(root)
+    elif tree == "cuda":
+        test_cuda.Project(root, llvm19("clang++"))
+    first = run_scons(root, *args, env=then)
+    built = _built_files(root)
+    upgraded = run_scons(root, *args, env=now)
+    # Each of the tool's nodes runs again (SCons' own, a plain Object or Program, need not): what ran is some of
+    # what the first build ran, each once.
+    ran, reran = collections.Counter(_lines(first)), collections.Counter(_lines(upgraded))
+    assert reran and not reran - ran and max(reran.values()) == 1, upgraded.output
+    assert _built_files(root) == built
+    assert run_scons(root, "-q", *args, env=now, check=False).returncode == 0, root
+    again = run_scons(root, *args, env=now)
     assert again.commands == [] and "is up to date" in again.output, again.output
 
 

@@ -29,6 +29,7 @@ from offload_builders.scons.outputs import COMMIT, REMOVE_STALE, side_path
 from offload_builders.scons.remote import RemoteListAction, SideStep
 from offload_builders.scons.rendering import Renderer, literal_words
 from offload_builders.scons.variables import probe_cache_for
+from offload_builders.scons.versioned_actions import versioned_action
 
 
 class CachingLazyAction(SCons.Action.LazyAction):
@@ -387,15 +388,19 @@ def function_phase(phase: str, before=(), after=(), varlist: Sequence[str] | Non
     ])
 
 
-def in_process_action(function, phase: str, varlist: Sequence[str]) -> SCons.Action.FunctionAction:
-    """A default ``$OFFLOAD_<PHASE>COM`` that runs ``function`` in the SCons process, as one action object.
+def in_process_action(function, phase: str, varlist: Sequence[str], *, name: str | None = None, version: int = 1,
+                      covers: Sequence[str] = ()) -> SCons.Action.FunctionAction:
+    """A default ``$OFFLOAD_<PHASE>COM`` that runs ``function`` in the SCons process, as one action object
+    signed by ``name`` and ``version`` (:mod:`offload_builders.scons.versioned_actions`; every one of the tool's
+    has them). Without a name (a SConstruct's own function), SCons signs it by its code, as any function action.
 
     Given a bare function, SCons makes a new action from it each time it resolves the variable (for
-    the signature, the dependencies, the message and the run: five times a node) and hashes the
-    function's bytecode each time. An action object is used as it is; it carries the message and
-    ``varlist`` the builder's ``$VAR`` action would have passed.
+    the signature, the dependencies, the message and the run: five times a node). An action object is used
+    as it is; it carries the message and ``varlist`` the builder's ``$VAR`` action would have passed.
     """
-    return SCons.Action.Action(function, f"$OFFLOAD_{phase}COMSTR", varlist=list(varlist))
+    if name is None:
+        return SCons.Action.Action(function, f"$OFFLOAD_{phase}COMSTR", varlist=list(varlist))
+    return versioned_action(function, name, version, f"$OFFLOAD_{phase}COMSTR", varlist, covers)
 
 
 FUNCTION_PHASE_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS")

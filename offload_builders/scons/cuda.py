@@ -315,7 +315,7 @@ def _object_emitter(target, source, env):
         cubins.append(cubin)
     rdc = host.fatbinary is None
     # HIP's in-process bundle writer is the default $OFFLOAD_BUNDLECOM: CUDA runs the toolkit's fatbinary.
-    fatbinary = {"OFFLOAD_BUNDLECOM": FATBINARY_COM} if env.get("OFFLOAD_BUNDLECOM") is hip.offload_bundle else {}
+    fatbinary = {"OFFLOAD_BUNDLECOM": FATBINARY_COM} if env.get("OFFLOAD_BUNDLECOM") is hip.BUNDLE_IN_PROCESS else {}
     device_side = gpu.device_side_node(env, CUDA, obj, src, cubins if rdc else images, tuple(plans), rdc=rdc,
                                        bundle_builder=_FATBIN_BUILDER, bundle_overrides=fatbinary)
     gpu.record_object(env, CUDA, obj, made, device_side)

@@ -201,10 +201,17 @@ GROUPLINK_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAG
 #: The plan's signature: the targets, the compiler, and the grouping rules' version (image_groups.PLAN_VERSION:
 #: a change of the rules regroups trees built before).
 GROUPS_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUPS_VERSION")
-GROUPS_IN_PROCESS = in_process_action(offload_groups, "GROUPS", GROUPS_VARLIST)
-GROUPLINK_IN_PROCESS = in_process_action(offload_group_link, "GROUPLINK", GROUPLINK_VARLIST)
-GROUP_WRAP_IN_PROCESS = in_process_action(offload_group_wrap, "WRAP",
-                                          ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUP_PLAN"))
+GROUPS_IN_PROCESS = in_process_action(offload_groups, "GROUPS", GROUPS_VARLIST, name="image group plan", version=1,
+                                      covers=["offload_builders.linking.image_groups"])
+GROUPLINK_IN_PROCESS = in_process_action(
+    offload_group_link, "GROUPLINK", GROUPLINK_VARLIST, name="image group link", version=1,
+    covers=["offload_builders.linking.image_groups", "offload_builders.linking.device_link",
+            "offload_builders.formats.offload_binary"])
+GROUP_WRAP_IN_PROCESS = in_process_action(
+    offload_group_wrap, "WRAP", ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUP_PLAN"),
+    name="image group registration", version=1,
+    covers=["offload_builders.linking.image_groups", "offload_builders.linking.group_registration",
+            "offload_builders.linking.registration_ir", "offload_builders.linking.registration_codegen"])
 _GROUPS_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPS", varlist=GROUPS_VARLIST),
                                         emitter=CLEAN_LEFTOVERS)
 _GROUPLINK_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPLINK", varlist=GROUPLINK_VARLIST),

@@ -32,7 +32,7 @@ driver hashes its whole command line, ``-o`` included, and no per-target node co
 The default is :func:`default_cuid` of the source's path, so it is deterministic and needs no setting.
 
 Phases and their ``$OFFLOAD_<PHASE>COM`` / ``COMSTR`` pairs: ``DEVICE``, ``DEVICELINK`` (an object's,
-or an RDC program's per target), ``BUNDLE`` (default: :func:`offload_bundle`, a Python action),
+or an RDC program's per target), ``BUNDLE`` (default: :data:`BUNDLE_IN_PROCESS`, :func:`offload_bundle` in-process),
 ``PACKAGE`` (RDC) and ``HOST``; for RDC programs also ``EXTRACT``, ``WRAP`` and ``LINK``
 (the program's nodes, shared with OpenMP: :mod:`offload_builders.scons.program`).
 
@@ -118,6 +118,7 @@ from offload_builders.scons.variables import (
     toolchain_for,
     user_error,
 )
+from offload_builders.scons.versioned_actions import versioned_action
 from offload_builders.targets import TargetID
 
 if TYPE_CHECKING:
@@ -260,9 +261,17 @@ def offload_bundle(target, source, env) -> int:
     return 0
 
 
+#: The default ``$OFFLOAD_BUNDLECOM``: :func:`offload_bundle`, signed by its version and the bundle's parameters.
+BUNDLE_IN_PROCESS = versioned_action(
+    offload_bundle, "HIP fat binary", 1, "$OFFLOAD_BUNDLECOMSTR", ("_OFFLOAD_BUNDLE_SIG",),
+    covers=["offload_builders.scons.hip:_bundle_plan", "offload_builders.models.hip:write_fatbin",
+            "offload_builders.models.hip:fatbin_compression", "offload_builders.formats.bundle",
+            "offload_builders.formats.clang_zstd", "offload_builders.formats.compressed"])
+
+
 def _bundle_action() -> SCons.Action.ListAction:
-    """Like ``phase_action('BUNDLE')``, with the bundle's parameters in the signature: the default
-    command is a Python function, whose own signature is only its code."""
+    """Like ``phase_action('BUNDLE')``, with the bundle's parameters in the signature (``_OFFLOAD_BUNDLE_SIG``)
+    where the command is a function of the user's (the default, :data:`BUNDLE_IN_PROCESS`, carries them)."""
     return node_action([
         REMOVE_STALE,
         CachingLazyAction("OFFLOAD_BUNDLECOM",
@@ -469,6 +478,6 @@ def exists(env) -> bool:
     return toolchain_exists(env)
 
 
-__all__ = ["check_device_linker", "check_program_targets", "check_runtime", "default_cuid", "exists", "generate",
-           "link_compression", "links_device_code", "offload_bundle", "runtime_arguments", "source_cuid",
-           "wrap_signature"]
+__all__ = ["BUNDLE_IN_PROCESS", "check_device_linker", "check_program_targets", "check_runtime", "default_cuid",
+           "exists", "generate", "link_compression", "links_device_code", "offload_bundle", "runtime_arguments",
+           "source_cuid", "wrap_signature"]

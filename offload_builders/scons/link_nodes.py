@@ -35,6 +35,7 @@ from offload_builders.scons.variables import (
     toolchain_for,
     user_error,
 )
+from offload_builders.scons.versioned_actions import versioned_action
 from offload_builders.targets import TargetID
 
 
@@ -268,8 +269,10 @@ EXTRACT_BUILDER = SCons.Builder.Builder(action=function_phase("EXTRACT"), emitte
 
 
 DEVICE_LINK_BUILDER = SCons.Builder.Builder(action=function_phase(
-    "DEVICELINK", before=[SCons.Action.Action(_unpack_device_inputs, None)],
-    after=[SCons.Action.Action(_remove_inputs_dir, None)], command=_DeviceLinkCommandAction),
+    "DEVICELINK",
+    before=[versioned_action(_unpack_device_inputs, "unpack device inputs", 1,
+                             covers=["offload_builders.linking.inputs"])],
+    after=[versioned_action(_remove_inputs_dir, "remove device inputs", 1)], command=_DeviceLinkCommandAction),
     emitter=clean_leftovers([".inputs"]))  # _inputs_dir: the unpacked inputs, a scratch directory
 
 
@@ -305,6 +308,12 @@ def check_registered_entries(target, source, env) -> int:
     if problems:
         raise SCons.Errors.BuildError(node=target[0], errstr="\n".join(problems))
     return 0
+
+
+#: The program's checks around its host link, as steps of its action (see :func:`check_registered_entries` and
+#: :func:`check_deployable`).
+CHECK_REGISTERED_ENTRIES = versioned_action(check_registered_entries, "check registered entries", 1)
+CHECK_DEPLOYABLE = versioned_action(check_deployable, "check deployable", 1, varlist=["OFFLOAD_DEPLOY_DEVICES"])
 
 
 def program_link_nodes(env, program, inputs, targets: Sequence[TargetID], model: str, wrap_builder, *,

@@ -53,6 +53,7 @@ from offload_builders.scons.variables import (
     user_error,
     warn_unmatched_keys,
 )
+from offload_builders.scons.versioned_actions import VersionedFunctionAction, declare, versioned_action
 from offload_builders.source_identity import identity_signature
 from offload_builders.targets import TargetID
 
@@ -167,7 +168,7 @@ def _package_cmd(target, source, env, for_signature):
     return _model(env).package_command(images, package_path(env, target[0]))
 
 
-class _InProcessPackage(SCons.Action.FunctionAction):
+class _InProcessPackage(VersionedFunctionAction):
     """The default ``$OFFLOAD_PACKAGECOM``: the package written in the SCons process, with the packager's
     command (its ``--image=`` specs: which image of which target, and how the driver describes it) in the
     object's signature, as the command would be."""
@@ -355,7 +356,9 @@ def runtime_arguments(target, source, env, for_signature) -> list[str]:
 
 
 #: The default ``$OFFLOAD_PACKAGECOM`` (see :class:`_InProcessPackage`).
-PACKAGE_IN_PROCESS = _InProcessPackage(_package_in_process, {"cmdstr": "$OFFLOAD_PACKAGECOMSTR"})
+PACKAGE_IN_PROCESS = _InProcessPackage(
+    declare("OpenMP package", 1, _package_in_process, covers=["offload_builders.formats.offload_binary"]),
+    {"cmdstr": "$OFFLOAD_PACKAGECOMSTR"})
 
 
 def check_link_tools_for(env, targets: Sequence[TargetID], *, device_runtime: bool = True) -> None:
@@ -403,7 +406,7 @@ OBJECT_ACTION = node_action([
     REMOVE_STALE,
     SCons.Action.Action("$OFFLOAD_PACKAGECOM", "$OFFLOAD_PACKAGECOMSTR"),
     *phase_action("EMBED").list[1:],
-    SCons.Action.Action(_remove_package, None),
+    versioned_action(_remove_package, "remove package", 1),
 ])
 
 

@@ -16,7 +16,6 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-import SCons.Action
 import SCons.CacheDir
 import SCons.Errors
 import SCons.Script
@@ -25,6 +24,7 @@ from offload_builders import leftovers
 from offload_builders.errors import OffloadError
 from offload_builders.scons.content_signatures import reuse_content_signatures
 from offload_builders.scons.variables import user_error, word_value
+from offload_builders.scons.versioned_actions import versioned_action
 
 
 def partial_path(env, node) -> str:
@@ -55,7 +55,7 @@ def _sweep_leftovers(target, source, env) -> int:
 _LEFTOVERS = leftovers.Leftovers()
 
 
-REMOVE_STALE = SCons.Action.Action(_sweep_leftovers, None)
+REMOVE_STALE = versioned_action(_sweep_leftovers, "sweep leftovers", 1)
 
 
 #: Per project top directory: the outputs replaced in this build that SCons has not recorded yet.
@@ -122,7 +122,7 @@ def _commit(target, source, env) -> int:
     return 0
 
 
-COMMIT = SCons.Action.Action(_commit, None)
+COMMIT = versioned_action(_commit, "commit", 1)
 
 
 def clean_leftovers(scratch_suffixes: Sequence[str] = ()) -> Callable:

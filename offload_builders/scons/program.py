@@ -204,9 +204,7 @@ def offload_wrap(target, source, env) -> int:
     kind present (see the module's docstring and :func:`offload_builders.linking.wrapping.registration_object`); an
     empty image (no device code for that target) is not registered. With no image of any kind: OpenMP's
     empty descriptor, or an empty object for HIP."""
-    # Only where a program is wrapped; by its name before the layout change, which this action's signature
-    # holds (offload_builders.moved_modules: a tree built before stays up to date).
-    from offload_builders import wrapping
+    from offload_builders.linking import wrapping  # llvmlite: only where a program is wrapped
 
     toolchain = toolchain_for(env)
     model = _model(env)
@@ -227,8 +225,8 @@ def offload_wrap(target, source, env) -> int:
 
 def offload_wrap_without_openmp(target, source, env) -> int:
     """The default ``$OFFLOAD_WRAPCOM`` of a program without OpenMP code (:func:`device_code_link`):
-    :func:`offload_wrap` (whose code, which SCons hashes into every wrap node's signature, stays as it was), except
-    that with no image of any kind the object holds no empty OpenMP descriptor, which would need libomptarget."""
+    :func:`offload_wrap`, except that with no image of any kind the object holds no empty OpenMP descriptor, which
+    would need libomptarget."""
     return offload_wrap(target, source, env.Override({"OFFLOAD_MODEL": CUDA}))
 
 
@@ -257,8 +255,7 @@ def _lto_job(target, source, env) -> CommandTemplate | None:
 def offload_runtime_symbols(target, source, env) -> int:
     """``$OFFLOAD_RUNTIMESYMSCOM``: from the link inputs, write what one NVPTX target's cubins take from the
     device runtime (the interface) and the runtime's selected bitcode; both empty where the link is not split."""
-    # The NVPTX runtime split: only where a link step runs; by its old name, as in offload_wrap.
-    from offload_builders import nvptx_runtime
+    from offload_builders.linking import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
 
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     split = None
@@ -277,8 +274,7 @@ def offload_runtime_symbols(target, source, env) -> int:
 def offload_runtime_link(target, source, env) -> int:
     """``$OFFLOAD_RUNTIMELINKCOM``: link the runtime's part of one NVPTX image from the interface and the
     runtime's bitcode alone (LTO and ptxas, as the one-step device link would), or write an empty file."""
-    # The NVPTX runtime split: only where a link step runs; by its old name, as in offload_wrap.
-    from offload_builders import nvptx_runtime
+    from offload_builders.linking import nvptx_runtime  # the NVPTX runtime split: only where a link step runs
 
     tid = parse_target_id(env.subst("$OFFLOAD_TARGET"))
     job = _lto_job(target, source, env)
@@ -302,8 +298,11 @@ def offload_runtime_link(target, source, env) -> int:
 
 #: What the runtime's link reads besides its two files: the device link's flags, the compiler, the target.
 RUNTIME_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAGS", "_OFFLOAD_TARGET_LINKFLAGS")
-RUNTIMESYMS_IN_PROCESS = in_process_action(offload_runtime_symbols, "RUNTIMESYMS", RUNTIME_VARLIST)
-RUNTIMELINK_IN_PROCESS = in_process_action(offload_runtime_link, "RUNTIMELINK", RUNTIME_VARLIST)
+_RUNTIME_CODE = ("offload_builders.linking.nvptx_runtime",)
+RUNTIMESYMS_IN_PROCESS = in_process_action(offload_runtime_symbols, "RUNTIMESYMS", RUNTIME_VARLIST,
+                                           name="device runtime interface", version=1, covers=_RUNTIME_CODE)
+RUNTIMELINK_IN_PROCESS = in_process_action(offload_runtime_link, "RUNTIMELINK", RUNTIME_VARLIST,
+                                           name="device runtime link", version=1, covers=_RUNTIME_CODE)
 _RUNTIMESYMS_BUILDER = SCons.Builder.Builder(action=function_phase("RUNTIMESYMS", varlist=RUNTIME_VARLIST),
                                              emitter=CLEAN_LEFTOVERS)
 _RUNTIMELINK_BUILDER = SCons.Builder.Builder(action=function_phase("RUNTIMELINK", varlist=RUNTIME_VARLIST),
@@ -337,9 +336,20 @@ def _runtime_nodes(env, program, inputs, targets: Sequence[TargetID], images: li
 
 #: The wrap node's signature: the targets, the compiler and the HIP fat binary's parameters.
 WRAP_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_HIP_WRAP_SIG")
-EXTRACT_IN_PROCESS = in_process_action(offload_extract, "EXTRACT", FUNCTION_PHASE_VARLIST)
-WRAP_IN_PROCESS = in_process_action(offload_wrap, "WRAP", WRAP_VARLIST)
-WRAP_WITHOUT_OPENMP_IN_PROCESS = in_process_action(offload_wrap_without_openmp, "WRAP", WRAP_VARLIST)
+EXTRACT_IN_PROCESS = in_process_action(
+    offload_extract, "EXTRACT", FUNCTION_PHASE_VARLIST, name="extract device code", version=1,
+    covers=["offload_builders.scons.program:_device_files", "offload_builders.scons.link_nodes:extract_device_inputs",
+            "offload_builders.linking.inputs", "offload_builders.linking.nvptx_runtime"])
+#: What makes a registration object: the wrap step's code, the registration code, the fat binaries.
+_WRAP_CODE = ("offload_builders.scons.program:offload_wrap", "offload_builders.scons.program:_group_kinds",
+              "offload_builders.linking.wrapping", "offload_builders.linking.registration",
+              "offload_builders.linking.registration_ir", "offload_builders.linking.registration_codegen",
+              "offload_builders.formats.fatbinary", "offload_builders.models.hip:program_fatbinary",
+              "offload_builders.models.cuda:program_fatbinary")
+WRAP_IN_PROCESS = in_process_action(offload_wrap, "WRAP", WRAP_VARLIST, name="registration", version=1,
+                                    covers=_WRAP_CODE[1:])
+WRAP_WITHOUT_OPENMP_IN_PROCESS = in_process_action(offload_wrap_without_openmp, "WRAP", WRAP_VARLIST,
+                                                   name="registration without OpenMP", version=1, covers=_WRAP_CODE)
 _WRAP_BUILDER = SCons.Builder.Builder(action=function_phase("WRAP", varlist=WRAP_VARLIST), emitter=CLEAN_LEFTOVERS)
 
 

@@ -160,8 +160,8 @@ def node_job(action: SCons.Action.ListAction, target, source, env, executor) -> 
         if not _tidying(action, step):
             argv = getattr(step, "argv", None)
             # A step that is not one of our commands runs in this process (a fat binary, a package, registration
-            # code): its signature is its own function's bytecode, not that of what it calls, so the package's
-            # code keys it.
+            # code): its signature is its declared version (a user's function: its bytecode), which a machine with
+            # other code of the package may share, so the package's code keys it too.
             in_process = in_process or argv is None or argv(targets, sources, env, executor) is None
         contents = step.get_contents(targets, sources, env)
         steps.append(contents.decode("utf-8", "surrogateescape") if isinstance(contents, bytes) else str(contents))

@@ -63,10 +63,6 @@ def literal_words(argv: Sequence[str]) -> list[SCons.Subst.Literal]:
     return [SCons.Subst.Literal(arg) for arg in argv]
 
 
-#: The name :meth:`Renderer.__call__` calls it by: SCons signs that method's bytecode, names included.
-_literal = literal_words
-
-
 class Renderer:
     """A phase command in SCons' callable-variable convention (``$_OFFLOAD_<PHASE>_CC1`` and friends).
 
@@ -75,7 +71,7 @@ class Renderer:
     checkout only where the output can record it (:func:`~offload_builders.driver.portable_signature`),
     so another checkout shares this one's ``CacheDir`` entries. Our errors become
     ``UserError``. An object rather than a closure: to describe a node, SCons makes a function action
-    of the variable's value and hashes its code, which for an object is this small ``__call__``.
+    of the variable's value and hashes its code (its cost), which for an object is this small ``__call__``.
     """
 
     def __init__(self, render: Callable[..., Sequence[Any] | BoundCommand]) -> None:
@@ -106,7 +102,7 @@ class Renderer:
         return argv
 
     def __call__(self, target, source, env, for_signature) -> list[SCons.Subst.Literal]:
-        return _literal(self.words(target, source, env, for_signature))
+        return literal_words(self.words(target, source, env, for_signature))
 
 
 def mark_model(nodes, model: str) -> None:

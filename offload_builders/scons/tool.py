@@ -49,9 +49,9 @@ from offload_builders.scons.actions import HostLinkAction, PhaseCommandAction, i
 from offload_builders.scons.construction_variables import SET_BY_TOOL, defaults_of
 from offload_builders.scons.external import link_builder
 from offload_builders.scons.link_nodes import (
+    CHECK_DEPLOYABLE,
+    CHECK_REGISTERED_ENTRIES,
     OffloadLinkWarning,
-    check_deployable,
-    check_registered_entries,
     device_link_level,
     target_link_flags,
 )
@@ -244,8 +244,6 @@ def generate(env, **kwargs: Any) -> None:
                 "OFFLOAD_LINKFLAGS": _lld_link_flags(env, toolchain)}
     for key, value in defaults_of(SET_BY_TOOL, globals(), computed).items():  # $CACHEDIR_CLASS: ours journals
         set_default(env, key, value)
-    if not env["OFFLOAD_LINKFLAGS"] and computed["OFFLOAD_LINKFLAGS"]:  # an empty value of the user's takes it too
-        env["OFFLOAD_LINKFLAGS"] = SCons.Util.CLVar(computed["OFFLOAD_LINKFLAGS"])
     env["_OFFLOAD_TARGET_LINKFLAGS"] = target_link_flags
     env["_OFFLOAD_DEVICE_LINK_LEVEL"] = device_link_level
     openmp.generate(env)
@@ -265,10 +263,10 @@ def generate(env, **kwargs: Any) -> None:
     )
     env["BUILDERS"]["OffloadProgram"] = link_builder(
         action=SCons.Action.ListAction([
-            SCons.Action.Action(check_registered_entries, None),
+            CHECK_REGISTERED_ENTRIES,
             REMOVE_STALE,
             HostLinkAction(),
-            SCons.Action.Action(check_deployable, None, varlist=["OFFLOAD_DEPLOY_DEVICES"]),
+            CHECK_DEPLOYABLE,
             COMMIT,
         ]),
         emitter=[program.program_emitter, CLEAN_LEFTOVERS],
