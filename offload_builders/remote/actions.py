@@ -12,8 +12,8 @@ is, and two jobs with the same key must give the same bytes:
 * Programs and files outside the checkout (the compiler, ``ptxas``, device libraries, headers found outside)
   are not uploaded: the salt names each by its path and content digest (:class:`ContentDigests`), so another
   compiler build, another device library or another header gives another key.
-* The salt also holds :data:`KEY_VERSION`: in-process steps (bundle, package, wrap) are keyed by their code's
-  signature, and a change of this scheme changes every key.
+* The salt also holds :data:`KEY_VERSION`: in-process steps (bundle, package, wrap) are keyed by their declared
+  name and version and the digest of the package's Python sources, and a change of this scheme changes every key.
 """
 from __future__ import annotations
 

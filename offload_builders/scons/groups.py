@@ -202,16 +202,22 @@ GROUPLINK_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAG
 #: a change of the rules regroups trees built before).
 GROUPS_VARLIST = ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUPS_VERSION")
 GROUPS_IN_PROCESS = in_process_action(offload_groups, "GROUPS", GROUPS_VARLIST, name="image group plan", version=1,
-                                      covers=["offload_builders.linking.image_groups"])
+                                      covers=["offload_builders.linking.image_groups",
+                                              "offload_builders.scons.link_nodes:scanned_inputs",
+                                              "offload_builders.linking.device_link"])
 GROUPLINK_IN_PROCESS = in_process_action(
     offload_group_link, "GROUPLINK", GROUPLINK_VARLIST, name="image group link", version=1,
-    covers=["offload_builders.linking.image_groups", "offload_builders.linking.device_link",
-            "offload_builders.formats.offload_binary"])
+    covers=["offload_builders.scons.groups:_run_link", "offload_builders.scons.groups:_check_entries",
+            "offload_builders.scons.link_nodes:device_link_argv", "offload_builders.linking.image_groups",
+            "offload_builders.linking.device_link", "offload_builders.linking.inputs",
+            "offload_builders.linking.registration", "offload_builders.formats.offload_binary"])
 GROUP_WRAP_IN_PROCESS = in_process_action(
     offload_group_wrap, "WRAP", ("OFFLOAD_CLANG", "_OFFLOAD_WRAP_TARGETS", "_OFFLOAD_GROUP_PLAN"),
     name="image group registration", version=1,
-    covers=["offload_builders.linking.image_groups", "offload_builders.linking.group_registration",
-            "offload_builders.linking.registration_ir", "offload_builders.linking.registration_codegen"])
+    covers=["offload_builders.scons.groups:group_registration", "offload_builders.scons.groups:_check_memory_pools",
+            "offload_builders.linking.image_groups", "offload_builders.linking.registration",
+            "offload_builders.linking.group_registration", "offload_builders.linking.registration_ir",
+            "offload_builders.linking.registration_codegen"])
 _GROUPS_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPS", varlist=GROUPS_VARLIST),
                                         emitter=CLEAN_LEFTOVERS)
 _GROUPLINK_BUILDER = SCons.Builder.Builder(action=function_phase("GROUPLINK", varlist=GROUPLINK_VARLIST),

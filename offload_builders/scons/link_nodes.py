@@ -312,8 +312,10 @@ def check_registered_entries(target, source, env) -> int:
 
 #: The program's checks around its host link, as steps of its action (see :func:`check_registered_entries` and
 #: :func:`check_deployable`).
-CHECK_REGISTERED_ENTRIES = versioned_action(check_registered_entries, "check registered entries", 1)
-CHECK_DEPLOYABLE = versioned_action(check_deployable, "check deployable", 1, varlist=["OFFLOAD_DEPLOY_DEVICES"])
+CHECK_REGISTERED_ENTRIES = versioned_action(check_registered_entries, "check registered entries", 1,
+                                            covers=["offload_builders.linking.inputs:missing_entries"])
+CHECK_DEPLOYABLE = versioned_action(check_deployable, "check deployable", 1, varlist=["OFFLOAD_DEPLOY_DEVICES"],
+                                    covers=["offload_builders.selection:check_deployment"])
 
 
 def program_link_nodes(env, program, inputs, targets: Sequence[TargetID], model: str, wrap_builder, *,

@@ -298,7 +298,8 @@ def offload_runtime_link(target, source, env) -> int:
 
 #: What the runtime's link reads besides its two files: the device link's flags, the compiler, the target.
 RUNTIME_VARLIST = ("OFFLOAD_TARGET", "OFFLOAD_CLANG", "OFFLOAD_DEVICE_LINKFLAGS", "_OFFLOAD_TARGET_LINKFLAGS")
-_RUNTIME_CODE = ("offload_builders.linking.nvptx_runtime",)
+_RUNTIME_CODE = ("offload_builders.scons.program:_lto_job", "offload_builders.linking.nvptx_runtime",
+                 "offload_builders.linking.inputs", "offload_builders.linking.device_link")
 RUNTIMESYMS_IN_PROCESS = in_process_action(offload_runtime_symbols, "RUNTIMESYMS", RUNTIME_VARLIST,
                                            name="device runtime interface", version=1, covers=_RUNTIME_CODE)
 RUNTIMELINK_IN_PROCESS = in_process_action(offload_runtime_link, "RUNTIMELINK", RUNTIME_VARLIST,
@@ -344,7 +345,10 @@ EXTRACT_IN_PROCESS = in_process_action(
 _WRAP_CODE = ("offload_builders.scons.program:offload_wrap", "offload_builders.scons.program:_group_kinds",
               "offload_builders.linking.wrapping", "offload_builders.linking.registration",
               "offload_builders.linking.registration_ir", "offload_builders.linking.registration_codegen",
-              "offload_builders.formats.fatbinary", "offload_builders.models.hip:program_fatbinary",
+              "offload_builders.linking.inputs", "offload_builders.scons.hip:link_compression",
+              "offload_builders.formats.fatbinary", "offload_builders.formats.bundle",
+              "offload_builders.formats.clang_zstd", "offload_builders.formats.compressed",
+              "offload_builders.formats.cubin", "offload_builders.models.hip:program_fatbinary",
               "offload_builders.models.cuda:program_fatbinary")
 WRAP_IN_PROCESS = in_process_action(offload_wrap, "WRAP", WRAP_VARLIST, name="registration", version=1,
                                     covers=_WRAP_CODE[1:])
@@ -399,8 +403,8 @@ def program_emitter(target, source, env):
     inputs = list(source) + static_libraries(env) + [openmp.device_runtime(env)]
     grouped = bool(env.get("OFFLOAD_IMAGE_GROUPS"))
     if grouped:
-        # The wrap registers the groups (unless $OFFLOAD_WRAPCOM is the user's own); the default offload_wrap
-        # stays as it was, so trees built without groups keep their signatures.
+        # The wrap registers the groups (unless $OFFLOAD_WRAPCOM is the user's own): a step of its own, so the
+        # default wrap's version says nothing of groups.
         default = env.get("OFFLOAD_WRAPCOM") is WRAP_IN_PROCESS
         wrap = {"OFFLOAD_WRAPCOM": groups.GROUP_WRAP_IN_PROCESS} if default else {}
         images = groups.program_group_nodes(env, program, inputs, targets, _WRAP_BUILDER, **wrap)

@@ -199,8 +199,8 @@ class StepsSignedAs(SCons.Action.ListAction):
 def static_library_action(ranlib: bool) -> SCons.Action.ListAction:
     """``OffloadStaticLibrary``'s action: sweep, archive (and ``ranlib``) in the scratch directory, commit.
 
-    Signed as the list it replaces (sweep, archive, commit, then ``ranlib`` on the library), so libraries built
-    before stay up to date; as that list was, a library with ``ranlib`` is not asked of the remote cache."""
+    Signed as the list it replaces (sweep, archive, commit, then ``ranlib`` on the library); as that list was, a
+    library with ``ranlib`` is not asked of the remote cache."""
     archive = PhaseCommandAction("AR")
     if not ranlib:
         return node_action([REMOVE_STALE, ArchiveInScratch(archive), COMMIT])
