@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, driver_library_flags
+from conftest import REPO_ROOT, driver_library_flags, which_or_fail
 from offload_builders.models.hip import default_compression_version, default_cuid
 from offload_builders.targets import parse_offload_archs
 from offload_builders.toolchain import find_toolchain
@@ -382,6 +382,8 @@ def test_check_prints_the_canonical_list(work):
      "--targets-file: cannot read 'nope'"),
     (["device", "k.cu", "--target", "sm_90", "--targets-file", "inc/k.hpp", "-o", "x"],
      "--targets-file: 'inc/k.hpp': --targets: invalid target ID"),
+    (["device", "k.cu", "--target", "sm_90", "--archlist-record", "k.cpp", "-o", "x"],
+     "device: --archlist-record is for `device` of CUDA (.cu) sources with --targets-file"),
     (["arch-list-check", "k.hip", "--target", "gfx90a", "-o", "x"], "arch-list-check: 'k.hip' is not CUDA (.cu)"),
     (["arch-list-check", "k.cu", "--target", "sm_90"], "arch-list-check: -o is required"),
     (["arch-list-check", "k.cu", "--target", "sm_90", "-o", "x", "--fatbin", "k.cpp"],
@@ -449,3 +451,41 @@ def test_cuda_arch_list_check_records_what_the_list_changes(tmp_path, llvm22, cu
     if find_toolchain().major < 20:
         first = check("list.cu", "sm_80", clang19).read_text()
         assert check("list.cu", "sm_80,sm_90", clang19).read_text() == first and "defines no" in first
+
+
+def test_cuda_device_keeps_its_outputs_where_its_record_and_command_are_as_they_were(tmp_path, llvm22, cuda):
+    """``device --archlist-record`` (make, which compares times only): run again after a target was added, a device
+    compile whose list check's record is unchanged starts no compiler and leaves its cubin and PTX as they were;
+    a changed record, other flags, or a missing output compile again, and each result is ``--targets``' own."""
+    from test_cuda import CUDA_MIN_H
+
+    (tmp_path / "cuda_min.h").write_text(CUDA_MIN_H)
+    (tmp_path / "plain.cu").write_text('#include "cuda_min.h"\n__global__ void k(float *x) { x[0] = 2; }\n')
+    clang22 = dict(os.environ, OFFLOAD_CLANG=str(llvm22("clang")))
+
+    def device(targets: str, *flags: str, record: str = "plain.archlist") -> bool:
+        """Run the device command; whether it started a compiler (a ``-cc1`` or ``ptxas``, traced)."""
+        (tmp_path / "list.txt").write_text(targets + "\n")
+        trace = tmp_path / "trace.txt"
+        subprocess.run([which_or_fail("strace"), "-f", "-qq", "-e", "trace=execve", "-e", "status=successful",
+                        "-s", "256", "-o", str(trace), *OFFLOAD_COMPILE, "device", "plain.cu", "--target", "sm_80",
+                        "--targets-file", "list.txt", "--archlist-record", record, "--cuid", "c", "-o", "plain.cubin",
+                        "--depfile", "plain.d", "--", "-I.", "-nocudainc", "-nocudalib", *flags],
+                       cwd=tmp_path, check=True, env=clang22)
+        return any('"-cc1"' in line or "ptxas" in line for line in trace.read_text().splitlines())
+
+    (tmp_path / "plain.archlist").write_text("record one\n")
+    assert device("sm_80,sm_90")
+    cubin = (tmp_path / "plain.cubin").read_bytes()
+    assert not device("sm_80,sm_90,sm_86")  # the record as it was: no compile
+    assert (tmp_path / "plain.cubin").read_bytes() == cubin
+    (tmp_path / "plain.archlist").write_text("record two\n")
+    assert device("sm_80,sm_90,sm_86")  # the list changes this compile's text
+    assert not device("sm_80,sm_90,sm_86")
+    assert device("sm_80,sm_90,sm_86", "-O1")  # other flags, the same record
+    (tmp_path / "plain.cubin").unlink()
+    assert device("sm_80,sm_90,sm_86", "-O1")
+    subprocess.run([*OFFLOAD_COMPILE, "device", "plain.cu", "--target", "sm_80", "--targets", "sm_80,sm_90,sm_86",
+                    "--cuid", "c", "-o", "reference.cubin", "--", "-I.", "-nocudainc", "-nocudalib", "-O1"],
+                   cwd=tmp_path, check=True, env=clang22)
+    assert (tmp_path / "plain.cubin").read_bytes() == (tmp_path / "reference.cubin").read_bytes()

@@ -136,6 +136,10 @@ OPTIONS:
                          device and host: all the source's targets, whose __CUDA_ARCH_LIST__ Clang 20+ defines
   --targets-file <file> - CUDA device: --targets read from <file> (one line), so the list is not on the command
                          line (the device depends on its arch-list-check record instead)
+  --archlist-record <file> - CUDA device with --targets-file, for build tools that compare times only (make):
+                         the source and target's arch-list-check record; where it and the device's own command
+                         (the list left out) are what they were at its last compile (<output>.archlist-seen), the
+                         outputs are kept and nothing runs
   --host-bc <file>     - The host bitcode (made by `{PROG} host`, with its .identity file)
   --package <file>     - The offload package to embed (OpenMP; HIP and CUDA with -fgpu-rdc)
   --fatbin <file>      - HIP, CUDA: the fat binary (made by `{PROG} bundle`) the host compile includes
@@ -314,6 +318,9 @@ def _main(opts: PhaseOptions) -> int:
         raise UsageError(f"{opts.command}: --model is for check (a source's model is its suffix's)")
     if opts.targets_file is not None and opts.command != "device":
         raise UsageError(f"{opts.command}: --targets-file is for `device` of CUDA (.cu) sources")
+    if opts.archlist_record is not None and opts.targets_file is None:
+        raise UsageError(f"{opts.command}: --archlist-record is for `device` of CUDA (.cu) sources with"
+                         " --targets-file")
     if opts.source_root is not None and not os.path.isdir(opts.source_root):
         raise UsageError(f"--source-root: '{opts.source_root}' is not a directory")
     return _PHASES[opts.command](opts)

@@ -186,10 +186,57 @@ def device(opts: PhaseOptions) -> int:
         if second is not None:
             ran.append(second.render(input=compiled, output=partial))
         outputs = [opts.output] if ptx is None else [ptx, opts.output]
+        seen = None
+        if opts.archlist_record is not None:
+            unlisted = [steps.compile.render(source=source, main_file_name=os.path.basename(source),
+                                             output=compiled, **cuid, **dict.fromkeys(arch_list, "<list>")), *ran[1:]]
+            unlisted = [[word.replace(scratch, "<scratch>") for word in job] for job in unlisted]
+            seen = _archlist_seen(opts.archlist_record, unlisted, compiler_files(phases))
+            if all(os.path.exists(path) for path in outputs) and _read_seen(opts.output) == seen:
+                return 0  # what the list changes of this compile's text is as it was: the outputs are its own
         read = compile_jobs(opts, ran, outputs, scratch, tools=compiler_files(phases))
     programs = [path for job in ran for path in job_files(job)]
     write_depfile(opts, [*read, *programs, *compiler_files(phases)])
+    if seen is not None:
+        commit_text(opts.output + SEEN_SUFFIX, seen)
     return 0
+
+
+#: Beside a CUDA device output made with ``--archlist-record``: what its compile saw (:func:`_archlist_seen`).
+SEEN_SUFFIX = ".archlist-seen"
+
+
+def _archlist_seen(record: str, jobs: Sequence[Sequence[str]], compilers: Sequence[str]) -> str:
+    """What a CUDA device compile's output depends on besides the target list (under a build tool that compares
+    times only, make): its arch-list-check record (the digest of its preprocessed text without the list, or the
+    list itself where the text cannot tell), its jobs with the list left out, and the identity of the compilers.
+    Where this is what the last compile saw, that compile's outputs are this one's."""
+    import hashlib
+
+    try:
+        with open(record, "rb") as f:
+            text = f.read()
+    except OSError as error:
+        raise UsageError(f"--archlist-record: cannot read '{record}': {error.strerror}") from None
+    digest = hashlib.sha256(text + b"\0")
+    for job in jobs:
+        digest.update("\0".join(job).encode("utf-8", "surrogateescape") + b"\n")
+    for path in compilers:
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue
+        digest.update(f"{path} {status.st_size} {status.st_mtime_ns} {status.st_ino}\n".encode("utf-8",
+                                                                                              "surrogateescape"))
+    return digest.hexdigest() + "\n"
+
+
+def _read_seen(output: str) -> str | None:
+    try:
+        with open(output + SEEN_SUFFIX, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def arch_list_check(opts: PhaseOptions) -> int:

@@ -48,6 +48,7 @@ class PhaseOptions:
     target: str | None = None
     targets: str | None = None
     targets_file: str | None = None
+    archlist_record: str | None = None
     host_bc: str | None = None
     package: str | None = None
     fatbin: str | None = None
@@ -63,7 +64,8 @@ class PhaseOptions:
 
 PARSER = Parser(PROG, [
     Option("-o", dest="output"),
-    *(Option(name) for name in ("--depfile", "--target", "--targets", "--targets-file", "--host-bc", "--package",
+    *(Option(name) for name in ("--depfile", "--target", "--targets", "--targets-file", "--archlist-record",
+                                "--host-bc", "--package",
                                 "--fatbin", "--cuid", "--source-root", "--model")),
     Option("--cmake-dir", action=FLAG),
     Option("--absolute-depfile", action=FLAG),

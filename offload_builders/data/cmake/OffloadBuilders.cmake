@@ -389,14 +389,12 @@ function(offload_target_sources tgt)
     if(model STREQUAL "cuda" AND OFFLOAD_CUDA_ARCH_LIST)
       set(arch_list --targets "${list}")
       set(arch_list_stamp "${archs_stamp}")
-      # Ninja: a device compile takes the list from the archs stamp (--targets-file, on no command line it compares)
-      # and depends on its list check instead (arch-list-check: what the list changes of its preprocessed text),
-      # whose record, left untouched when unchanged, stops it through restat. make has no command hash but compares
-      # times only: a record kept old would rerun its check at every build, so there every device compile still
-      # takes --targets and reruns on a change of the list.
-      if(CMAKE_GENERATOR MATCHES "Ninja")
-        set(arch_list_check TRUE)
-      endif()
+      # A device compile takes the list from the archs stamp (--targets-file, on no command line Ninja compares)
+      # and depends on its list check instead (arch-list-check: what the list changes of its preprocessed text).
+      # Ninja: the record, left untouched when unchanged, stops it through restat. make compares times only (the
+      # record takes the time its check ran, or the check would rerun at every build): the device command runs,
+      # and with --archlist-record keeps its outputs where the record and its own command are as they were.
+      set(arch_list_check TRUE)
     endif()
 
     set(images "")
@@ -440,9 +438,14 @@ function(offload_target_sources tgt)
             COMMAND arch-list-check "${given}" --target "${arch}" ${arch_list} ${cuid} -o "${o}.${name}.archlist"
               -- ${flags}
             DEPENDS "${path}" "${flags_stamp}" ${arch_list_stamp})
+          set(seen "")
+          if(CMAKE_GENERATOR MATCHES "Makefiles")
+            set(seen --archlist-record "${o}.${name}.archlist")
+            list(APPEND extra "${image}.archlist-seen")
+          endif()
           _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}" ${run_in}
-            COMMAND device "${given}" --target "${arch}" --targets-file "${archs_stamp}" ${cuid} -o "${image}"
-              -- ${flags}
+            COMMAND device "${given}" --target "${arch}" --targets-file "${archs_stamp}" ${seen} ${cuid}
+              -o "${image}" -- ${flags}
             DEPENDS "${path}" "${flags_stamp}" "${o}.${name}.archlist")
         else()
           _offload_command("${image}" OUTPUTS ${extra} COMMENT "offload device ${arch} ${rel}" ${run_in}
