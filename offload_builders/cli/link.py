@@ -493,7 +493,8 @@ def _device_link_job(toolchain: Toolchain, key: linking.GroupKey, root: str, com
     if tools is None:
         return None
     try:
-        return step_job(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd)
+        return step_job(root, [command], inputs=inputs, outputs=[image], tools=tools, scratch=root, cwd=cwd,
+                        persistent=True)
     except (OSError, ValueError):  # (UnicodeError is a ValueError) a name or file the key cannot hold
         return None
     except Exception as error:  # noqa: BLE001 - the caches never fail the link
@@ -564,7 +565,7 @@ def _wrapper_step(remote: RemoteSteps, root: str, toolchain: Toolchain, images: 
                  "-o", wrapper, *(f"{image.key[0]},{image.key[1]},{'+'.join(sorted(image.kinds))}={image.path}"
                                   for image in images)]
     return remote.step(root, [described], inputs=[image.path for image in images], outputs=[wrapper], tools=tools,
-                       values=[f"llvmlite {llvmlite}"], scratch=root, in_process=True, cwd=False)
+                       values=[f"llvmlite {llvmlite}"], scratch=root, in_process=True, cwd=False, persistent=True)
 
 
 def _target_file_names(stem: str, keys: Sequence[linking.GroupKey]) -> dict[linking.GroupKey, str]:

@@ -21,8 +21,12 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, BinaryIO
 
 from offload_builders.remote.digests import Digest, digest_of_bytes, digest_of_file
+
+if TYPE_CHECKING:
+    from offload_builders.file_digests import FileMemo
 
 #: Changes every key: bump it when what a key covers changes.
 KEY_VERSION = "offload-builders remote key 1"
@@ -81,10 +85,14 @@ def portable_steps(steps: Sequence[str], root: str) -> tuple[str, ...]:
 
 class ContentDigests:
     """Content digests of files outside the checkout (tools, device libraries, system headers), read once per
-    process per file version: a file is hashed again when its size, modification time or inode change."""
+    process per file version: a file is hashed again when its size, modification time or inode change.
+    ``persistent``: also remembered across processes, in the per-user memo of :mod:`offload_builders.file_digests`
+    (by each file's stat identity; also the run-path libraries and library identities of :func:`outside_file_line`),
+    for short processes that key the same tools again and again (``offload-link``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, persistent: bool = False) -> None:
         self._known: dict[str, tuple[tuple[int, int, int], Digest]] = {}
+        self.persistent = persistent
 
     def __call__(self, path: str) -> Digest | None:
         """The file's digest; None where it cannot be read (it then keys as missing)."""
@@ -97,7 +105,12 @@ class ContentDigests:
         if known is not None and known[0] == stamp:
             return known[1]
         try:
-            digest = digest_of_file(path)
+            if self.persistent:
+                from offload_builders.file_digests import content_digest
+
+                digest = content_digest(path)
+            else:
+                digest = digest_of_file(path)
         except OSError:
             return None
         self._known[path] = (stamp, digest)
@@ -106,6 +119,8 @@ class ContentDigests:
 
 #: The process's digests of files outside checkouts.
 OUTSIDE_DIGESTS = ContentDigests()
+#: The same, remembered across processes (:mod:`offload_builders.file_digests`): ``offload-link``'s.
+PERSISTENT_DIGESTS = ContentDigests(persistent=True)
 
 
 def outside_file_line(path: str, digests: ContentDigests = OUTSIDE_DIGESTS) -> str:
@@ -115,51 +130,45 @@ def outside_file_line(path: str, digests: ContentDigests = OUTSIDE_DIGESTS) -> s
     digest = digests(resolved)
     line = f"file {resolved} {digest if digest else 'missing'}"
     return "\n".join([line, *(f"  loads {library} {_library_identity(library, digests)}"
-                                for library in runpath_libraries(resolved))])
+                                for library in runpath_libraries(resolved, persistent=digests.persistent))])
 
 
 _ELF_MAGIC = b"\x7fELF"
 _RUNPATH_LIBRARIES: dict[tuple[str, int, int], tuple[str, ...]] = {}
 
 
-def runpath_libraries(path: str) -> tuple[str, ...]:
+def runpath_libraries(path: str, *, persistent: bool = False) -> tuple[str, ...]:
     """The shared libraries an ELF program finds through its own ``RUNPATH``/``RPATH`` (``$ORIGIN/../lib``):
     where a launcher keeps its code. LLVM's ``clang`` is a small binary over ``libclang-cpp`` and ``libLLVM``,
     which a package update can change without changing it. Libraries from the system's directories (libc,
-    libstdc++) are not listed. Read once per process per file version."""
+    libstdc++) are not listed. Read once per process per file version; ``persistent``: the program's dynamic
+    entries (what is read of it) are remembered across processes (:mod:`offload_builders.file_digests`), the
+    libraries are looked for each time."""
     try:
         status = os.stat(path)
     except OSError:
         return ()
     key = (path, status.st_size, status.st_mtime_ns)
     if key not in _RUNPATH_LIBRARIES:
-        _RUNPATH_LIBRARIES[key] = tuple(_read_runpath_libraries(path))
+        _RUNPATH_LIBRARIES[key] = tuple(_read_runpath_libraries(path, persistent))
     return _RUNPATH_LIBRARIES[key]
 
 
-def _read_runpath_libraries(path: str) -> list[str]:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-
-    needed: list[str] = []
-    search: list[str] = []
+def _read_runpath_libraries(path: str, persistent: bool = False) -> list[str]:
+    memo_, before = _memo(persistent)
     try:
         with open(path, "rb") as stream:
-            if stream.read(4) != _ELF_MAGIC:
-                return []
-            stream.seek(0)
-            dynamic = ELFFile(stream).get_section_by_name(".dynamic")
-            if not isinstance(dynamic, DynamicSection):
-                return []
-            for tag in dynamic.iter_tags():
-                if tag.entry.d_tag == "DT_NEEDED":
-                    needed.append(tag.needed)  # type: ignore[attr-defined]  # set per tag kind
-                elif tag.entry.d_tag == "DT_RUNPATH":
-                    search += tag.runpath.split(":")  # type: ignore[attr-defined]
-                elif tag.entry.d_tag == "DT_RPATH":
-                    search += tag.rpath.split(":")  # type: ignore[attr-defined]
-    except (OSError, ELFError, ValueError):
+            status = os.fstat(stream.fileno())
+            recorded = memo_.lookup(path, status, "dynamic") if memo_ is not None else None
+            if (isinstance(recorded, list) and len(recorded) == 2
+                    and all(isinstance(part, list) and all(isinstance(word, str) for word in part)
+                            for part in recorded)):
+                needed, search = recorded
+            else:
+                needed, search = _dynamic_entries(stream)
+                if memo_ is not None:
+                    memo_.record(path, status, before, "dynamic", [needed, search])
+    except OSError:
         return []
     origin = os.path.dirname(path)
     directories = [entry.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for entry in search if entry]
@@ -173,24 +182,80 @@ def _read_runpath_libraries(path: str) -> list[str]:
     return found
 
 
+def _memo(persistent: bool) -> tuple[FileMemo | None, int]:
+    """The per-user memo where ``persistent`` (and it is usable), and the time before which a file read now must
+    have settled to be recorded there."""
+    if not persistent:
+        return None, 0
+    from offload_builders.file_digests import memo, settled_before
+
+    return memo(), settled_before()
+
+
+def _dynamic_entries(stream: BinaryIO) -> tuple[list[str], list[str]]:
+    """An ELF file's ``DT_NEEDED`` names and its run-path entries, as written; none for another file. Raises
+    :class:`OSError` where it cannot be read."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed: list[str] = []
+    search: list[str] = []
+    if stream.read(4) != _ELF_MAGIC:
+        return [], []
+    stream.seek(0)
+    try:
+        dynamic = ELFFile(stream).get_section_by_name(".dynamic")
+        if not isinstance(dynamic, DynamicSection):
+            return [], []
+        for tag in dynamic.iter_tags():
+            if tag.entry.d_tag == "DT_NEEDED":
+                needed.append(tag.needed)  # type: ignore[attr-defined]  # set per tag kind
+            elif tag.entry.d_tag == "DT_RUNPATH":
+                search += tag.runpath.split(":")  # type: ignore[attr-defined]
+            elif tag.entry.d_tag == "DT_RPATH":
+                search += tag.rpath.split(":")  # type: ignore[attr-defined]
+    except (ELFError, ValueError):
+        return [], []
+    return needed, search
+
+
 def _library_identity(path: str, digests: ContentDigests) -> str:
     """A library's GNU build ID (a note the linker writes: cheap to read, unlike hashing 130 MB of libLLVM),
     else its content digest."""
+    memo_, before = _memo(digests.persistent)
+    try:
+        with open(path, "rb") as stream:
+            status = os.fstat(stream.fileno())
+            recorded = memo_.lookup(path, status, "build-id") if memo_ is not None else None
+            if isinstance(recorded, str):
+                return recorded
+            build_id = _build_id(stream)
+            if build_id is not None:
+                if memo_ is not None:
+                    memo_.record(path, status, before, "build-id", build_id)
+                return build_id
+    except OSError:
+        pass
+    digest = digests(path)
+    return str(digest) if digest else "missing"
+
+
+def _build_id(stream: BinaryIO) -> str | None:
+    """``build-id <hex>`` of an ELF file's GNU build ID note; None where it has none or is no ELF file."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import NoteSection
 
     try:
-        with open(path, "rb") as stream:
-            for section in ELFFile(stream).iter_sections():
-                if isinstance(section, NoteSection):
-                    for note in section.iter_notes():
-                        if note["n_type"] == "NT_GNU_BUILD_ID":
-                            return f"build-id {note['n_desc']}"
-    except (OSError, ELFError, ValueError):
+        for section in ELFFile(stream).iter_sections():
+            if isinstance(section, NoteSection):
+                for note in section.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        return f"build-id {note['n_desc']}"
+    except (ELFError, ValueError):
         pass
-    digest = digests(path)
-    return str(digest) if digest else "missing"
+    return None
 
 
 @dataclass(frozen=True)
@@ -293,5 +358,5 @@ def command_action(argv: Sequence[str], job: NodeJob, environment: Mapping[str, 
 
 
 __all__ = ["ActionMessages", "CHECKOUT_TOKEN", "ContentDigests", "KEY_VERSION", "NODE_PROGRAM", "NodeJob",
-           "OUTSIDE_DIGESTS", "cache_key", "command_action", "input_tree", "outside_file_line", "path_sensitive",
-           "portable_steps", "relative_path"]
+           "OUTSIDE_DIGESTS", "PERSISTENT_DIGESTS", "cache_key", "command_action", "input_tree", "outside_file_line",
+           "path_sensitive", "portable_steps", "relative_path"]

@@ -71,7 +71,7 @@ def _version_line() -> str:
 
 def step_job(root: str, jobs: Sequence[Sequence[str]], *, inputs: Iterable[str] = (), outputs: Sequence[str],
              tools: Iterable[str] = (), values: Iterable[str] = (), scratch: str | None = None,
-             in_process: bool = False, cwd: bool = True) -> NodeJob | None:
+             in_process: bool = False, cwd: bool = True, persistent: bool = False) -> NodeJob | None:
     """A step's key (see the module's docstring); None where the step is not cached.
 
     ``jobs``: the argv of each job it runs (or an in-process step's description), paths as the step gives them
@@ -79,12 +79,22 @@ def step_job(root: str, jobs: Sequence[Sequence[str]], *, inputs: Iterable[str] 
     headers, as its dependency scan lists them, and its other inputs); ``outputs``: the files it writes, as
     named in ``jobs``' paths' terms; ``tools``: programs and files outside the checkout that decide its output
     (by path and content); ``values``: further salt lines; ``scratch``: its scratch directory; ``cwd``:
-    whether relative paths in ``jobs`` can name files (False where every path is absolute)."""
+    whether relative paths in ``jobs`` can name files (False where every path is absolute); ``persistent``: the
+    digests of files outside the root are remembered across processes
+    (:data:`~offload_builders.remote.actions.PERSISTENT_DIGESTS`: the same lines, read again only where a file
+    changed), for a tool run once per step (``offload-link``)."""
     import shlex
 
-    from offload_builders.remote.actions import NodeJob, outside_file_line, relative_path
+    from offload_builders.remote.actions import (
+        OUTSIDE_DIGESTS,
+        PERSISTENT_DIGESTS,
+        NodeJob,
+        outside_file_line,
+        relative_path,
+    )
     from offload_builders.remote.digests import Digest, digest_of_file
 
+    digests = PERSISTENT_DIGESTS if persistent else OUTSIDE_DIGESTS
     root = os.path.abspath(root)
     if root == os.path.dirname(root):  # "/": every path is "under" it, and "$CHECKOUT" would replace nothing
         return None
@@ -103,14 +113,14 @@ def step_job(root: str, jobs: Sequence[Sequence[str]], *, inputs: Iterable[str] 
         if relative is None:
             if not os.path.isabs(path):
                 return None
-            salt.append(outside_file_line(path))
+            salt.append(outside_file_line(path, digests))
             continue
         if relative not in files:
             try:
                 files[relative] = digest_of_file(path)
             except OSError:
                 return None
-    salt += [outside_file_line(tool) for tool in tools]
+    salt += [outside_file_line(tool, digests) for tool in tools]
     if in_process:
         salt.append(f"code {code_digest()}")
     steps = []
@@ -157,13 +167,13 @@ class RemoteSteps:
 
     def step(self, root: str, jobs: Sequence[Sequence[str]], *, inputs: Iterable[str] = (), outputs: Sequence[str],
              tools: Iterable[str] = (), values: Iterable[str] = (), scratch: str | None = None,
-             in_process: bool = False, cwd: bool = True) -> CachedStep | None:
+             in_process: bool = False, cwd: bool = True, persistent: bool = False) -> CachedStep | None:
         """The step through the cache (arguments as :func:`step_job`); None where it is not cached."""
         if not self.usable:
             return None
         try:
             job = step_job(root, jobs, inputs=inputs, outputs=outputs, tools=tools, values=values, scratch=scratch,
-                           in_process=in_process, cwd=cwd)
+                           in_process=in_process, cwd=cwd, persistent=persistent)
         except (ValueError, UnicodeError):  # a name that is not UTF-8 cannot go into a REAPI message
             return None
         except Exception as error:  # noqa: BLE001 - the remote never fails a step (a missing extra, ...)
