@@ -26,6 +26,18 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
+#: A file whose modification or change time is less than this before it is read is "racy": a write in the same tick
+#: of the file system's clock may leave its stamp as it was (Linux updates file times from a clock that ticks every
+#: few milliseconds; some file systems keep whole seconds, FAT two), so its stamp is not recorded.
+RACY_SECONDS = 2.0
+
+
+def stat_stamp(status: os.stat_result) -> str:
+    """A file's identity as a stat gives it (device, inode, size, both times): equal only while nothing wrote it.
+    The compiler launcher's file lists and the per-user digest memo keep what they read of a file under it."""
+    return f"{status.st_dev} {status.st_ino} {status.st_size} {status.st_mtime_ns} {status.st_ctime_ns}"
+
+
 def file_identity(path: str) -> str:
     """``path`` with the device and inode numbers Clang would put into target-region names
     (``missing`` for a file that does not exist: the compile will say so)."""
@@ -41,4 +53,4 @@ def identity_signature(paths: Iterable[str]) -> str:
     return "\n".join(file_identity(path) for path in paths)
 
 
-__all__ = ["file_identity", "identity_signature"]
+__all__ = ["RACY_SECONDS", "file_identity", "identity_signature", "stat_stamp"]

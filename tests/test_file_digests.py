@@ -1,4 +1,4 @@
-"""The per-user memo of outside files' digests (offload_builders.file_digests), on real files: a later process
+"""The per-user memo of outside files' digests (offload_builders.remote.file_digests), on real files: a later process
 reads a file's digest from it only while the file's stat identity is the one recorded."""
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from offload_builders import file_digests
-from offload_builders.remote import actions
+from offload_builders.remote import actions, file_digests
 from offload_builders.remote.digests import digest_of_file
 
 

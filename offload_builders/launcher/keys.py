@@ -35,6 +35,7 @@ import os
 import time
 
 from offload_builders.launcher import PROGRAM
+from offload_builders.source_identity import RACY_SECONDS, stat_stamp
 
 try:  # BLAKE2 is built into CPython: no OpenSSL to load, which hashlib does (milliseconds of every compile)
     from _blake2 import blake2b
@@ -61,10 +62,6 @@ _RECORDS_DIRECTORY = ("-g", "--coverage", "-fprofile-", "-ftest-coverage", "-fco
 _JOB_RECORDS_DIRECTORY = ("-debug-info-kind=", "-fcoverage-mapping", "-fprofile-instrument", "-coverage-",
                           "-ftest-coverage", "-fprofile-arcs")
 
-#: A file whose modification or change time is less than this before it is read is "racy": a write in the same tick
-#: of the file system's clock may leave its stamp as it was (Linux updates file times from a clock that ticks every
-#: few milliseconds; some file systems keep whole seconds, FAT two), so it is recorded without a stamp.
-RACY_SECONDS = 2.0
 
 #: What this process knows of each file: (digest or None where it cannot be read, stamp or "" where racy, identity
 #: as :func:`~offload_builders.source_identity.file_identity` writes it). Each is one file's state at one moment.
@@ -119,7 +116,7 @@ def _file(path: str, recorded: str) -> tuple[str | None, str, str]:
                 os.close(fd)
         if status is not None:
             stamp, _, digest = recorded.rpartition(" ")
-            if stamp == _stamp(status) and len(digest) == 40:
+            if stamp == stat_stamp(status) and len(digest) == 40:
                 known = _FILES[path] = (digest, recorded, _identity(path, status))
                 return known
     known = _FILES[path] = _hashed(path)
@@ -148,11 +145,7 @@ def _hashed(path: str) -> tuple[str | None, str, str]:
         os.close(fd)
     digest = hashed.hexdigest()
     settled = status.st_mtime_ns < settled_before and status.st_ctime_ns < settled_before
-    return digest, f"{_stamp(status)} {digest}" if settled else "", _identity(path, status)
-
-
-def _stamp(status: os.stat_result) -> str:
-    return f"{status.st_dev} {status.st_ino} {status.st_size} {status.st_mtime_ns} {status.st_ctime_ns}"
+    return digest, f"{stat_stamp(status)} {digest}" if settled else "", _identity(path, status)
 
 
 def _identity(path: str, status: os.stat_result) -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from offload_builders.remote.digests import Digest, digest_of_bytes, digest_of_file
 
 if TYPE_CHECKING:
-    from offload_builders.file_digests import FileMemo
+    from offload_builders.remote.file_digests import FileMemo
 
 #: Changes every key: bump it when what a key covers changes.
 KEY_VERSION = "offload-builders remote key 1"
@@ -86,9 +86,10 @@ def portable_steps(steps: Sequence[str], root: str) -> tuple[str, ...]:
 class ContentDigests:
     """Content digests of files outside the checkout (tools, device libraries, system headers), read once per
     process per file version: a file is hashed again when its size, modification time or inode change.
-    ``persistent``: also remembered across processes, in the per-user memo of :mod:`offload_builders.file_digests`
-    (by each file's stat identity; also the run-path libraries and library identities of :func:`outside_file_line`),
-    for short processes that key the same tools again and again (``offload-link``)."""
+    ``persistent``: also remembered across processes, in the per-user memo of
+    :mod:`offload_builders.remote.file_digests` (by each file's stat identity; also the run-path libraries and
+    library identities of :func:`outside_file_line`), for short processes that key the same tools again and again
+    (``offload-link``)."""
 
     def __init__(self, persistent: bool = False) -> None:
         self._known: dict[str, tuple[tuple[int, int, int], Digest]] = {}
@@ -106,7 +107,7 @@ class ContentDigests:
             return known[1]
         try:
             if self.persistent:
-                from offload_builders.file_digests import content_digest
+                from offload_builders.remote.file_digests import content_digest
 
                 digest = content_digest(path)
             else:
@@ -119,7 +120,7 @@ class ContentDigests:
 
 #: The process's digests of files outside checkouts.
 OUTSIDE_DIGESTS = ContentDigests()
-#: The same, remembered across processes (:mod:`offload_builders.file_digests`): ``offload-link``'s.
+#: The same, remembered across processes (:mod:`offload_builders.remote.file_digests`): ``offload-link``'s.
 PERSISTENT_DIGESTS = ContentDigests(persistent=True)
 
 
@@ -142,7 +143,7 @@ def runpath_libraries(path: str, *, persistent: bool = False) -> tuple[str, ...]
     where a launcher keeps its code. LLVM's ``clang`` is a small binary over ``libclang-cpp`` and ``libLLVM``,
     which a package update can change without changing it. Libraries from the system's directories (libc,
     libstdc++) are not listed. Read once per process per file version; ``persistent``: the program's dynamic
-    entries (what is read of it) are remembered across processes (:mod:`offload_builders.file_digests`), the
+    entries (what is read of it) are remembered across processes (:mod:`offload_builders.remote.file_digests`), the
     libraries are looked for each time."""
     try:
         status = os.stat(path)
@@ -187,7 +188,7 @@ def _memo(persistent: bool) -> tuple[FileMemo | None, int]:
     have settled to be recorded there."""
     if not persistent:
         return None, 0
-    from offload_builders.file_digests import memo, settled_before
+    from offload_builders.remote.file_digests import memo, settled_before
 
     return memo(), settled_before()
 

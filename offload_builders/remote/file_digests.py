@@ -28,9 +28,9 @@ import os
 import time
 
 from offload_builders.errors import ToolchainError
-from offload_builders.launcher.keys import RACY_SECONDS, _stamp
 from offload_builders.private_dirs import private_path, replace_private_file, trusted_file_text
 from offload_builders.remote.digests import CHUNK_SIZE, Digest, digest_of_file
+from offload_builders.source_identity import RACY_SECONDS, stat_stamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class FileMemo:
     def lookup(self, path: str, status: os.stat_result, field: str) -> Any:
         """What ``field`` recorded for ``path`` while its stamp was ``status``'s; None where nothing was."""
         entry = self._read(path)
-        if entry is None or entry["stamp"] != _stamp(status):
+        if entry is None or entry["stamp"] != stat_stamp(status):
             return None
         return entry["values"].get(field)
 
@@ -82,7 +82,7 @@ class FileMemo:
         ``settled_before``. Never fails: a memo that cannot be written is one that misses."""
         if status.st_mtime_ns >= settled_before or status.st_ctime_ns >= settled_before:
             return
-        stamp = _stamp(status)
+        stamp = stat_stamp(status)
         entry = self._read(path)
         values = dict(entry["values"]) if entry is not None and entry["stamp"] == stamp else {}
         values[field] = value
