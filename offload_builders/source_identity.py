@@ -38,6 +38,12 @@ def stat_stamp(status: os.stat_result) -> str:
     return f"{status.st_dev} {status.st_ino} {status.st_size} {status.st_mtime_ns} {status.st_ctime_ns}"
 
 
+def settled(status: os.stat_result, settled_before: int) -> bool:
+    """Whether the file was last modified and changed before ``settled_before`` (ns, taken before the stat): no
+    longer racy (:data:`RACY_SECONDS`), so its stamp may be recorded."""
+    return status.st_mtime_ns < settled_before and status.st_ctime_ns < settled_before
+
+
 def file_identity(path: str) -> str:
     """``path`` with the device and inode numbers Clang would put into target-region names
     (``missing`` for a file that does not exist: the compile will say so)."""
@@ -53,4 +59,4 @@ def identity_signature(paths: Iterable[str]) -> str:
     return "\n".join(file_identity(path) for path in paths)
 
 
-__all__ = ["RACY_SECONDS", "file_identity", "identity_signature", "stat_stamp"]
+__all__ = ["RACY_SECONDS", "file_identity", "identity_signature", "settled", "stat_stamp"]

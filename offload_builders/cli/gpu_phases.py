@@ -46,6 +46,7 @@ from offload_builders.models.cuda import ARCH_LIST_RECORD_VERSION, ARCH_LIST_SLO
 from offload_builders.models.gpu import GpuDeviceSteps, GpuPhaseModel, check_cuid, default_cuid, is_rdc
 from offload_builders.models.hip import HipPhaseModel
 from offload_builders.phase_table import CUDA, HIP, OPENMP
+from offload_builders.source_identity import stat_stamp
 from offload_builders.targets import TargetID
 from offload_builders.toolchain import find_toolchain, user_cache
 
@@ -223,11 +224,9 @@ def _archlist_seen(record: str, jobs: Sequence[Sequence[str]], compilers: Sequen
         digest.update("\0".join(job).encode("utf-8", "surrogateescape") + b"\n")
     for path in compilers:
         try:
-            status = os.stat(path)
+            digest.update(f"{path} {stat_stamp(os.stat(path))}\n".encode("utf-8", "surrogateescape"))
         except OSError:
             continue
-        digest.update(f"{path} {status.st_size} {status.st_mtime_ns} {status.st_ino}\n".encode("utf-8",
-                                                                                              "surrogateescape"))
     return digest.hexdigest() + "\n"
 
 

@@ -35,7 +35,7 @@ import os
 import time
 
 from offload_builders.launcher import PROGRAM
-from offload_builders.source_identity import RACY_SECONDS, stat_stamp
+from offload_builders.source_identity import RACY_SECONDS, settled, stat_stamp
 
 try:  # BLAKE2 is built into CPython: no OpenSSL to load, which hashlib does (milliseconds of every compile)
     from _blake2 import blake2b
@@ -144,8 +144,8 @@ def _hashed(path: str) -> tuple[str | None, str, str]:
     finally:
         os.close(fd)
     digest = hashed.hexdigest()
-    settled = status.st_mtime_ns < settled_before and status.st_ctime_ns < settled_before
-    return digest, f"{stat_stamp(status)} {digest}" if settled else "", _identity(path, status)
+    return (digest, f"{stat_stamp(status)} {digest}" if settled(status, settled_before) else "",
+            _identity(path, status))
 
 
 def _identity(path: str, status: os.stat_result) -> str:

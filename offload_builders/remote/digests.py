@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 #: Read files in pieces of this size when hashing (large images, toolchain binaries).
 CHUNK_SIZE = 1 << 20
@@ -25,16 +25,21 @@ def digest_of_bytes(data: bytes) -> Digest:
 
 def digest_of_file(path: str | os.PathLike[str]) -> Digest:
     """The file's digest, read in pieces (images and archives can be large)."""
+    with open(path, "rb") as stream:
+        return digest_of_stream(stream)
+
+
+def digest_of_stream(stream: BinaryIO) -> Digest:
+    """The digest of what is left to read of a file already open (one whose stat was taken through it)."""
     sha = hashlib.sha256()
     size = 0
-    with open(path, "rb") as stream:
-        while piece := stream.read(CHUNK_SIZE):
-            sha.update(piece)
-            size += len(piece)
+    while piece := stream.read(CHUNK_SIZE):
+        sha.update(piece)
+        size += len(piece)
     return Digest(sha.hexdigest(), size)
 
 
 #: The digest of no bytes (REAPI: servers need not store it; clients never upload it).
 EMPTY_DIGEST = digest_of_bytes(b"")
 
-__all__ = ["CHUNK_SIZE", "Digest", "EMPTY_DIGEST", "digest_of_bytes", "digest_of_file"]
+__all__ = ["CHUNK_SIZE", "Digest", "EMPTY_DIGEST", "digest_of_bytes", "digest_of_file", "digest_of_stream"]

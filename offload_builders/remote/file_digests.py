@@ -12,7 +12,7 @@ change times, from an ``fstat`` before it was read) and what was computed from i
 stamp is still that. No one can set a change time (every write, rename, ``chmod`` or ``touch -d`` moves it to the
 kernel's clock), so changed bytes show as another stamp, as for ``offload-cache``'s file lists
 (:mod:`offload_builders.launcher.keys`): and as there, a file modified or changed less than
-:data:`~offload_builders.launcher.keys.RACY_SECONDS` before it was read is not recorded (a write in the same clock
+:data:`~offload_builders.source_identity.RACY_SECONDS` before it was read is not recorded (a write in the same clock
 tick could leave its stamp as it was).
 
 Many links run at once: an entry is written whole (a new file renamed over it,
@@ -29,12 +29,12 @@ import time
 
 from offload_builders.errors import ToolchainError
 from offload_builders.private_dirs import private_path, replace_private_file, trusted_file_text
-from offload_builders.remote.digests import CHUNK_SIZE, Digest, digest_of_file
-from offload_builders.source_identity import RACY_SECONDS, stat_stamp
+from offload_builders.remote.digests import Digest, digest_of_file, digest_of_stream
+from offload_builders.source_identity import RACY_SECONDS, settled, stat_stamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO
+    from typing import Any
 
 #: The memo's directory in the per-user cache.
 DIRECTORY = "file-digests"
@@ -80,7 +80,7 @@ class FileMemo:
         """Record ``value`` as ``path``'s ``field`` while its stamp is ``status``'s (an ``fstat`` made before it was
         read, after ``settled_before`` was taken), unless the file was modified or changed after
         ``settled_before``. Never fails: a memo that cannot be written is one that misses."""
-        if status.st_mtime_ns >= settled_before or status.st_ctime_ns >= settled_before:
+        if not settled(status, settled_before):
             return
         stamp = stat_stamp(status)
         entry = self._read(path)
@@ -168,15 +168,5 @@ def content_digest(path: str) -> Digest:
     return digest
 
 
-def digest_of_stream(stream: BinaryIO) -> Digest:
-    """:func:`~offload_builders.remote.digests.digest_of_file` of a file already open (the one whose stamp is
-    recorded), read from where it is."""
-    sha = hashlib.sha256()
-    size = 0
-    while piece := stream.read(CHUNK_SIZE):
-        sha.update(piece)
-        size += len(piece)
-    return Digest(sha.hexdigest(), size)
 
-
-__all__ = ["DIRECTORY", "MAX_ENTRIES", "FileMemo", "content_digest", "digest_of_stream", "memo", "settled_before"]
+__all__ = ["DIRECTORY", "MAX_ENTRIES", "FileMemo", "content_digest", "memo", "settled_before"]

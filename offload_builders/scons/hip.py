@@ -345,8 +345,9 @@ def _object_emitter(target, source, env):
         device = builder(override_environment(env, {"OFFLOAD_TARGET": tid}),  # one per target
                          [directory.File(name)], [src])
         depend_on_device_libraries(env, device, steps.compile)  # a new ROCm release compiles them again
-        if steps.link is not None and _device_linker(steps) != str(steps.link.argv[0]):
-            env.Depends(device, env.File(_device_linker(steps)))  # the lld a clang -flto link runs: SCons sees clang
+        linker = _device_linker(steps)
+        if steps.link is not None and linker is not None and linker != str(steps.link.argv[0]):
+            env.Depends(device, env.File(linker))  # the lld a clang -flto link runs: SCons sees clang
         made.extend(device)
         images.extend(device)
     device_side = gpu.device_side_node(env, HIP, obj, src, images, tuple(plans), rdc=host.rdc,
