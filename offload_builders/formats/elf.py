@@ -247,3 +247,89 @@ def read_symbols(pread: Reader, size: int, table: ElfSections, *, path: str | No
 def file_reader(fd: int, start: int = 0) -> Reader:
     """A :data:`Reader` over the descriptor ``fd`` for an ELF file that starts at ``start``."""
     return lambda length, offset: os.pread(fd, max(0, length), start + offset)
+
+
+# LLVM's ELF object writer (``ELFWriter::writeObject``) lays a relocatable object out in phases: the file header,
+# the sections of the assembler in order, the groups, the symbol table (its SHT_SYMTAB_SHNDX straight after), the
+# relocation sections, ``.llvm_addrsig``, ``.strtab`` (section 1, which also names the sections), then the section
+# header table. Each section starts at the next multiple of its alignment, padded with zeros, but for the three the
+# writer puts where it stands; the header table at the next multiple of the address size. Within a phase sections
+# are written in the order of their indices.
+SHT_RELA, SHT_REL, SHT_GROUP, SHT_SYMTAB_SHNDX = 4, 9, 17, 18
+SHT_CREL, SHT_LLVM_ADDRSIG = 0x40000014, 0x6FFF4C03
+ET_REL = 1
+_WRITER_PHASES = {SHT_GROUP: 1, SHT_SYMTAB: 2, SHT_SYMTAB_SHNDX: 3, SHT_RELA: 4, SHT_REL: 4, SHT_CREL: 4,
+                  SHT_LLVM_ADDRSIG: 5}
+_UNALIGNED_PHASES = (3, 5, 6)
+_STRTAB_PHASE = 6
+
+
+def llvm_object_with_section(data: bytes, name: str, content: bytes) -> bytes | None:
+    """The relocatable object ``data`` that LLVM's ELF writer wrote, with the bytes of its one section called
+    ``name`` replaced by ``content``, laid out as that writer lays it out: every later section moves to its
+    alignment, the section header table after them, the section's size and the offsets rewritten.
+
+    So an object the back end would write with other contents for that section (the host object of an offload
+    compile, whose ``.llvm.offloading`` holds the package of device images and is referenced by nothing) is had
+    without running the back end again. None where the object is not one whose layout the rule explains exactly:
+    its own bytes laid out by the rule must give ``data`` back (every offset, the zero padding, the header table at
+    the end), and ``name`` must name one section with contents."""
+    if len(data) < _IDENT_SIZE or data[:4] != b"\x7fELF":
+        return None
+    layout = _LAYOUTS.get((data[4], data[5]))
+    if layout is None or len(data) < _IDENT_SIZE + layout.header.size:
+        return None
+    (e_type, _machine, _version, _entry, _phoff, e_shoff, _flags, e_ehsize, _phentsize, e_phnum, e_shentsize,
+     e_shnum, e_shstrndx) = layout.header.unpack_from(data, _IDENT_SIZE)
+    entry = layout.section.size
+    if (e_type != ET_REL or e_phnum or e_shentsize != entry or not 1 < e_shnum < 0xFF00
+            or not 0 < e_shstrndx < e_shnum or e_shoff + e_shnum * entry != len(data)):
+        return None
+    headers = [list(layout.section.unpack_from(data, e_shoff + index * entry)) for index in range(e_shnum)]
+    names_at, names_size = headers[e_shstrndx][4], headers[e_shstrndx][5]
+    names = data[names_at:names_at + names_size]
+    wanted = name.encode()
+    chosen = [index for index in range(1, e_shnum)
+              if names[headers[index][0]:names.find(b"\0", headers[index][0])] == wanted]
+    if len(chosen) != 1 or headers[chosen[0]][1] == SHT_NOBITS:
+        return None
+    replaced = chosen[0]
+
+    def phase(index: int) -> int:
+        return _STRTAB_PHASE if index == e_shstrndx else _WRITER_PHASES.get(headers[index][1], 0)
+
+    order = sorted(range(1, e_shnum), key=lambda index: (phase(index), index))
+    word = 8 if data[4] == ELFCLASS64 else 4
+    # The object's own layout first: where the rule puts each section must be where it is, with zeros between.
+    cursor = e_ehsize
+    for index in order:
+        start = cursor if phase(index) in _UNALIGNED_PHASES else _align_to(cursor, headers[index][8])
+        if start != headers[index][4] or data[cursor:start].strip(b"\0"):
+            return None
+        cursor = start + (0 if headers[index][1] == SHT_NOBITS else headers[index][5])
+    if _align_to(cursor, word) != e_shoff or data[cursor:e_shoff].strip(b"\0"):
+        return None
+    out = bytearray(data[:e_ehsize])
+    for index in order:
+        old_at, size = headers[index][4], headers[index][5]
+        if phase(index) not in _UNALIGNED_PHASES:
+            out += bytes(_align_to(len(out), headers[index][8]) - len(out))
+        headers[index][4] = len(out)
+        if index == replaced:
+            out += content
+            headers[index][5] = len(content)
+        elif headers[index][1] != SHT_NOBITS:
+            out += data[old_at:old_at + size]
+    out += bytes(_align_to(len(out), word) - len(out))
+    shoff = len(out)
+    for fields in headers:
+        out += layout.section.pack(*fields)
+    header = list(layout.header.unpack_from(data, _IDENT_SIZE))
+    header[5] = shoff
+    out[_IDENT_SIZE:_IDENT_SIZE + layout.header.size] = layout.header.pack(*header)
+    return bytes(out)
+
+
+def _align_to(offset: int, alignment: int) -> int:
+    alignment = max(1, alignment)
+    return (offset + alignment - 1) // alignment * alignment

@@ -38,6 +38,15 @@ from offload_builders.job_words import (
     with_dependency_file,
 )
 from offload_builders.launcher.command import diagnostics_shown
+from offload_builders.launcher.in_process import (
+    PACKAGERS,
+    Embedding,
+    embedded_here,
+    embedded_package,
+    embedding_of,
+    packaged_here,
+    remember_embedding,
+)
 from offload_builders.launcher.keys import (
     Key,
     file_digest,
@@ -425,12 +434,11 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
     if job.reads_source and "-fopenmp-is-target-device" not in job.words:
         key_words = [_targets_free(word) for word in key_words]
     libraries = libraries_of(job.words)
-    key = Key("job", program_identity(job.words[0]), *key_words,
-              *(f"library {path} {file_digest(path)}" for path in libraries),
-              *(f"linker {program_identity(linker)}" for linker in linkers_of(job.words)))
-    if records:
-        key.add("cwd", cwd)
-    base = key.hex()
+    key_parts = [program_identity(job.words[0]), *key_words,
+                 *(f"library {path} {file_digest(path)}" for path in libraries),
+                 *(f"linker {program_identity(linker)}" for linker in linkers_of(job.words)),
+                 *(("cwd", cwd) if records else ())]
+    base = Key("job", *key_parts).hex()
     entry = _lookup(store, base, job.reads_source)
     if entry is not None:
         kept = json.loads(entry.meta)
@@ -441,23 +449,29 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
         depfile_text = kept["depfile"].encode(errors="surrogateescape") if "depfile" in kept else None
         return _Outcome(kept["stderr"].encode(errors="surrogateescape"), [*kept.get("read", []), *libraries],
                         depfile_text)
-    log.append(f"job {job.index} ({os.path.basename(job.words[0])}) ran")
     for other in reads:  # earlier outputs this job reads, taken from the cache where they were hits
         if other.index in entries and not os.path.exists(names[other.index]):
             entries[other.index].copy_to("out", names[other.index])
     output = names[job.index]
     depfile = os.path.join(scratch, f"job{job.index}.d")
     argv = _with_output(run_words, output, depfile, dependency_values, job.reads_source)
-    done = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
-    if done.returncode != 0:  # a signal's negative number is kept for the driver's message
-        return _Outcome(done.stderr, [], status=done.returncode)
-    meta: dict[str, object] = {"stderr": done.stderr.decode(errors="surrogateescape")}
+    embedding = embedding_of(job.words, key_parts) if store is not None else None
+    stderr = _made_here(job, argv, output, reads, names, embedding, store)
+    if stderr is not None:
+        log.append(f"job {job.index} ({os.path.basename(job.words[0])}) made here")
+    else:
+        log.append(f"job {job.index} ({os.path.basename(job.words[0])}) ran")
+        done = subprocess.run(argv, stderr=subprocess.PIPE, check=False)
+        if done.returncode != 0:  # a signal's negative number is kept for the driver's message
+            return _Outcome(done.stderr, [], status=done.returncode)
+        stderr = done.stderr
+    meta: dict[str, object] = {"stderr": stderr.decode(errors="surrogateescape")}
     read: list[str] = []
     text: bytes | None = None
     if job.reads_source:
         listed = _files_read(argv, depfile, dependency_values, scratch)
         if listed is None:  # which files it read is unknown: nothing of this command can be keyed by them
-            return _Outcome(done.stderr, [], _read_file(depfile) if job.depfile is not None else None, unlisted=True)
+            return _Outcome(stderr, [], _read_file(depfile) if job.depfile is not None else None, unlisted=True)
         read = listed
         if job.depfile is not None:
             text = _read_file(depfile)
@@ -472,7 +486,24 @@ def _run_one(job: _Job, jobs: Sequence[_Job], names: dict[int, str], digests: di
             store_by_files(store, base, read, {"out": output}, encoded)
         else:
             store.store(base, {"out": output}, encoded)
-    return _Outcome(done.stderr, [*read, *libraries], text)
+        if embedding is not None:
+            remember_embedding(store, embedding, base)
+    return _Outcome(stderr, [*read, *libraries], text)
+
+
+def _made_here(job: _Job, argv: list[str], output: str, reads: Sequence[_Job], names: dict[int, str],
+               embedding: Embedding | None, store: CacheStore | None) -> bytes | None:
+    """Where this process can make the job's output itself (:mod:`offload_builders.launcher.in_process`), make it
+    at ``output``: the diagnostics the job would print. None: the job is to run."""
+    if embedding is not None and store is not None and not _recaching():
+        embedded = embedded_package(job.words)
+        package = next((names[other.index] for other in reads if other.output == embedded), None)
+        if package is not None and (made := embedded_here(store, embedding, package, output)) is not None:
+            return made[0].encode(errors="surrogateescape")
+        return None
+    if os.path.basename(job.words[0]) in PACKAGERS and packaged_here(argv, output):
+        return b""
+    return None
 
 
 def failure_message(compiler: str, words: Sequence[str], status: int, gpu: bool, colour: bool) -> bytes:
@@ -502,8 +533,13 @@ def failure_message(compiler: str, words: Sequence[str], status: int, gpu: bool,
     return f"{driver}: error: {what}\n".encode()
 
 
+def _recaching() -> bool:
+    """``OFFLOAD_CACHE_RECACHE``: every job runs (and is stored anew)."""
+    return os.environ.get("OFFLOAD_CACHE_RECACHE", "") not in ("", "0")
+
+
 def _lookup(store: CacheStore | None, base: str, reads_source: bool) -> Entry | None:
-    if store is None or os.environ.get("OFFLOAD_CACHE_RECACHE", "") not in ("", "0"):
+    if store is None or _recaching():
         return None
     return lookup_by_files(store, base) if reads_source else store.lookup(base)
 

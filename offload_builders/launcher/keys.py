@@ -98,6 +98,11 @@ def file_digest(path: str) -> str | None:
     return _file(path, "")[0]
 
 
+def bytes_digest(data: bytes) -> str:
+    """The digest :func:`file_digest` gives a file that holds ``data``."""
+    return blake2b(data, digest_size=20).hexdigest()
+
+
 def _file(path: str, recorded: str) -> tuple[str | None, str, str]:
     """``path``'s digest, stamp and identity (:data:`_FILES`): from ``recorded`` (a stamp and digest a list
     holds) where the file's stamp is still that, else hashed; once per process and path."""
@@ -329,6 +334,6 @@ def store_by_files(store: CacheStore, base: str, read: Sequence[str], files: Map
             remote.store_file_lists(base, [list(read), *local])
 
 
-__all__ = ["ENVIRONMENT", "RACY_SECONDS", "SCHEME", "Key", "command_key", "compiler_parts", "file_digest",
-           "files_part", "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
+__all__ = ["ENVIRONMENT", "RACY_SECONDS", "SCHEME", "Key", "bytes_digest", "command_key", "compiler_parts",
+           "file_digest", "files_part", "job_records_directory", "lookup_by_files", "program_entry", "program_identity",
            "records_directory", "store_by_files"]
