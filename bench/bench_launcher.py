@@ -196,26 +196,32 @@ def hit_costs(sides: list[Side], command: list[str], cwd: Path, runs: int) -> di
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _needed_for(job: list[str], added: str, last: bool) -> bool:
-    """Whether a launcher that adds ``added`` must run ``job`` (of the new command's ``-###``): the added target's
-    device jobs, the packager, and the host back end that embeds the package (the last job)."""
-    return (last or "clang-offload-packager" in Path(job[0]).name
-            or any(word in (added, f"-target-cpu={added}") or word.endswith(f"-{added}") for word in job)
+def _added_target_job(job: list[str], added: str) -> bool:
+    """Whether ``job`` (of the new command's ``-###``) is one of the added target's device jobs: its compile and
+    (NVPTX) ``ptxas``, the processes a launcher that adds ``added`` must run."""
+    return (any(word in (added, f"-target-cpu={added}") or word.endswith(f"-{added}") for word in job)
             or any(a == "-target-cpu" and b == added for a, b in zip(job, job[1:]))
             or any(a == "--gpu-name" and b == added for a, b in zip(job, job[1:])))
 
 
+def _made_in_the_launcher(job: list[str], last: bool) -> bool:
+    """The packager and the host back end that embeds the package (the last job): the launcher writes their
+    outputs itself when a target is added."""
+    return last or Path(job[0]).name in ("clang-offload-packager", "llvm-offload-binary")
+
+
 def added_target_floor(root: Path, archs: list[str], added: str, runs: int) -> dict[str, float]:
-    """What adding ``added`` must cost per source, whatever runs it, against the driver's one command: the
-    driver's own jobs that an added target needs (its device compile and ``ptxas``, the packager, the host back
-    end that embeds the package), run one by one from the new command's ``-###`` in a scratch directory, and the
-    ``-###`` itself; medians of ``runs``."""
+    """What adding ``added`` must cost per source, against the driver's one command: the driver's own jobs that
+    an added target needs as processes (its device compile and ``ptxas``), run one by one from the new command's
+    ``-###`` in a scratch directory, and the ``-###`` itself; and, for comparison, the two jobs the launcher makes
+    in its own process (the packager, the host back end that embeds the package) as the driver runs them;
+    medians of ``runs``."""
     from offload_builders.job_words import parse_driver_jobs
 
     command, cwd = generated_hit_command(root, [*archs, added])
     command = [word if word != "hit.d" else "floor.d" for word in command]
     command[command.index("hit.o")] = "floor.o"
-    times: dict[str, list[float]] = {"driver": [], "-###": [], "needed jobs": []}
+    times: dict[str, list[float]] = {"driver": [], "-###": [], "needed jobs": [], "made here": []}
     for _ in range(runs):
         start = time.perf_counter()
         subprocess.run(command, cwd=cwd, check=True, capture_output=True)
@@ -225,13 +231,16 @@ def added_target_floor(root: Path, archs: list[str], added: str, runs: int) -> d
                                  text=True).stderr
         times["-###"].append(time.perf_counter() - start)
         jobs = parse_driver_jobs(printed)
-        needed = 0.0
+        needed = made_here = 0.0
         for index, job in enumerate(jobs):
             start = time.perf_counter()
             subprocess.run(job, cwd=cwd, check=True, capture_output=True)
-            if _needed_for(job, added, index == len(jobs) - 1):
+            if _added_target_job(job, added):
                 needed += time.perf_counter() - start
+            elif _made_in_the_launcher(job, index == len(jobs) - 1):
+                made_here += time.perf_counter() - start
         times["needed jobs"].append(needed)
+        times["made here"].append(made_here)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -306,10 +315,11 @@ def main(argv: list[str] | None = None) -> int:
                 floor = added_target_floor(root, archs, added, args.hits)
                 driver = floor["driver"]
                 print(f"adding {added}, kernel_0.cpp alone (median of {args.hits}): the driver's command"
-                      f" {driver * 1000:.0f} ms; the jobs {added} needs (device compile, ptxas, packager, host back"
-                      f" end) {floor['needed jobs'] * 1000:.0f} ms = {floor['needed jobs'] / driver:.2f}x; with the"
+                      f" {driver * 1000:.0f} ms; the processes {added} needs (device compile, ptxas)"
+                      f" {floor['needed jobs'] * 1000:.0f} ms = {floor['needed jobs'] / driver:.2f}x; with the"
                       f" -### that lists them ({floor['-###'] * 1000:.0f} ms)"
-                      f" {(floor['needed jobs'] + floor['-###']) / driver:.2f}x")
+                      f" {(floor['needed jobs'] + floor['-###']) / driver:.2f}x; the packager and host back end,"
+                      f" which the launcher makes itself, as processes {floor['made here'] * 1000:.0f} ms")
             return 0
         for app, checkout in args.app:
             root = Path(scratch) / app.name

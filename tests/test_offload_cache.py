@@ -1,8 +1,8 @@
 """``offload-cache``: the compiler launcher, against the real Clang 19 driver, CMake+Ninja and Make.
 
 The objects and dependency files it writes must be the driver's own, byte for byte, from a run or from the cache;
-adding a target must run that target's device compile, the packager and the embedding back end only (the
-processes are counted with strace); a second build tree of one checkout shares the device compiles; diagnostics
+adding a target must run that target's device compile only, the package and the host object being made in the
+launcher's process (the processes are counted with strace); a second build tree of one checkout shares the device compiles; diagnostics
 show on hits; what it does not split runs the compiler unchanged.
 """
 from __future__ import annotations
@@ -106,16 +106,41 @@ def test_objects_and_depfiles_are_the_drivers_from_a_run_and_from_the_cache(tree
     assert run([str(tree / "prog")], tree, env=env).stdout == "90\n"
 
 
-def test_adding_a_target_runs_only_its_device_compile_the_packager_and_the_embedding(tree):
+def test_adding_a_target_runs_only_its_device_compile(tree):
+    """The host front end and the old target's compile are hits; the package is written here and the host object
+    is the one of the first compile with its package replaced: the back end and the packager do not run, and the
+    object is the driver's."""
     compile_both(tree, flags_for("gfx90a"))
     processes = traced(tree, [*LAUNCHER, CLANGXX, *flags_for("gfx90a,gfx1030")], tree, "add")
     cc1 = [p for p in processes if "-cc1" in p.argv]
     device = [p.option("-target-cpu") for p in cc1 if "-fopenmp-is-target-device" in p.argv]
-    host_front_end = [p for p in cc1 if "-emit-llvm-bc" in p.argv and "-fopenmp-is-target-device" not in p.argv]
-    embed = [p for p in cc1 if any(a.startswith("-fembed-offload-object=") for a in p.argv)]
-    packager = [p for p in processes if p.program == "clang-offload-packager"]
-    assert device == ["gfx1030"] and not host_front_end and len(embed) == 1 and len(packager) == 1
+    assert device == ["gfx1030"] and len(cc1) == 1
+    assert not [p for p in processes if p.program == "clang-offload-packager"]
+    assert "job 3 (clang-offload-packager) made here; job 4 (clang) made here" in (tree / "cache.log").read_text()
     # the object it wrote is the driver's for the two targets
+    ours = (tree / "kernel.o").read_bytes()
+    assert run([CLANGXX, *flags_for("gfx90a,gfx1030")], tree).returncode == 0
+    assert (tree / "kernel.o").read_bytes() == ours
+
+
+def test_a_stored_host_object_whose_package_is_not_its_own_is_not_rewritten(tree):
+    """The object an added target's compile rewrites must hold exactly the package it was stored with: one
+    changed in the cache (here: its package's bytes altered in place) makes the back end run, and the object is
+    still the driver's."""
+    compile_both(tree, flags_for("gfx90a"))
+    cache = tree / "cache"
+    objects = [path for path in cache.rglob("out") if path.read_bytes().startswith(b"\x7fELF")
+               and b".llvm.offloading" in path.read_bytes() and b"\x10\xff\x10\xad" in path.read_bytes()]
+    assert len(objects) == 2  # the command's and its embedding job's
+    for stored in objects:
+        data = bytearray(stored.read_bytes())
+        at = data.index(b"\x10\xff\x10\xad")  # the package's magic: alter its header's EntrySize
+        data[at + 4 + 4 + 8 + 8] ^= 0xFF
+        stored.chmod(0o600)
+        stored.write_bytes(bytes(data))
+    processes = traced(tree, [*LAUNCHER, CLANGXX, *flags_for("gfx90a,gfx1030")], tree, "add")
+    embed = [p for p in processes if "-cc1" in p.argv and any(a.startswith("-fembed-offload-object=") for a in p.argv)]
+    assert len(embed) == 1
     ours = (tree / "kernel.o").read_bytes()
     assert run([CLANGXX, *flags_for("gfx90a,gfx1030")], tree).returncode == 0
     assert (tree / "kernel.o").read_bytes() == ours
@@ -135,7 +160,8 @@ def test_clang_22_whose_packager_is_llvm_offload_binary(tree, llvm22):
     both("gfx90a")
     processes = traced(tree, [*LAUNCHER, clangxx, *flags_for("gfx90a,gfx1030")], tree, "clang22")
     device = [p.option("-target-cpu") for p in processes if "-fopenmp-is-target-device" in p.argv]
-    assert device == ["gfx1030"] and [p.program for p in processes].count("llvm-offload-binary") == 1
+    assert device == ["gfx1030"] and "llvm-offload-binary" not in [p.program for p in processes]
+    assert not [p for p in processes if any(a.startswith("-fembed-offload-object=") for a in p.argv)]
     both("gfx90a,gfx1030")
 
 
@@ -488,7 +514,7 @@ def test_a_changed_header_is_a_miss_and_a_failed_compile_stores_nothing(tree):
     assert again.returncode == driver.returncode and again.stderr == driver.stderr
 
 
-@pytest.mark.parametrize("children", [1, 3, 5], ids=["at -###", "at a device compile", "at the packager"])
+@pytest.mark.parametrize("children", [1, 3, 5], ids=["at -###", "at a device compile", "at the embedding"])
 def test_a_killed_launcher_leaves_nothing_a_later_build_trusts(tree, children):
     """Killed (with its jobs) while its n-th child runs: the object is the earlier one or none, never a new one
     half written, and the next compile gives the driver's object."""

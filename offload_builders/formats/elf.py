@@ -1,4 +1,5 @@
-"""The ELF section and symbol tables: the parts of an ELF file the offload scanners and the linker read.
+"""The ELF section and symbol tables: the parts of an ELF file the offload scanners and the linker read; and
+LLVM's ELF writer's layout, by which an object is had with one section's bytes replaced.
 
 Finding ``.llvm.offloading``, ``__CLANG_OFFLOAD_BUNDLE__*``, ``.hip_fatbin`` or ``omp_offloading_entries``
 needs each section's name, type, offset and size, nothing else. pyelftools builds a full ``construct``
