@@ -2,8 +2,8 @@
 
 The objects and dependency files it writes must be the driver's own, byte for byte, from a run or from the cache;
 adding a target must run that target's device compile only, the package and the host object being made in the
-launcher's process (the processes are counted with strace); a second build tree of one checkout shares the device compiles; diagnostics
-show on hits; what it does not split runs the compiler unchanged.
+launcher's process (the processes are counted with strace); a second build tree of one checkout shares the device
+compiles; diagnostics show on hits; what it does not split runs the compiler unchanged.
 """
 from __future__ import annotations
 
@@ -545,15 +545,22 @@ def test_a_killed_launcher_leaves_nothing_a_later_build_trusts(tree, children):
     pytest.param(["-fopenmp", HOST_DEVICE, "-E", "src/kernel.cpp", "-o", "kernel.i"], id="preprocess"),
     pytest.param(["-fopenmp", HOST_DEVICE, "-c", "src/kernel.cpp", "src/main.cpp"], id="two-sources"),
     pytest.param(["--version"], id="version"),
+    pytest.param(["-fopenmp", HOST_DEVICE, "-fsave-optimization-record", "-c", "src/kernel.cpp", "-o", "kernel.o"],
+                 id="optimization-records"),
+    pytest.param(["-fopenmp", HOST_DEVICE, "-save-stats=obj", "-c", "src/kernel.cpp", "-o", "kernel.o"],
+                 id="statistics"),
 ])
 def test_what_it_does_not_split_runs_the_compiler_unchanged(tree, args):
+    def outputs() -> dict[Path, bytes]:  # objects, preprocessed text, and the side files records and stats write
+        return {path: path.read_bytes() for path in tree.iterdir() if path.suffix in (".o", ".i", ".yaml", ".stats")}
+
     driver = run([CLANGXX, *args], tree)
-    produced = {path: path.read_bytes() for path in tree.glob("*.[oi]")}
+    produced = outputs()
     for path in produced:
         path.unlink()
     ours = run([*LAUNCHER, CLANGXX, *args], tree)
     assert (ours.returncode, ours.stdout, ours.stderr) == (driver.returncode, driver.stdout, driver.stderr)
-    assert {path: path.read_bytes() for path in tree.glob("*.[oi]")} == produced
+    assert outputs() == produced
     assert stats(tree)["pass-through"] == "1"
 
 

@@ -38,9 +38,11 @@ _NOT_A_COMPILE = frozenset({
     "-emit-ast", "-print-search-dirs", "-fdriver-only", "-save-temps", "--save-temps", "-fmodule-header",
     "-fmodules", "-fcxx-modules", "-fembed-bitcode", "-fuse-cuid=random",
 })
-#: Prefixes of such options (``-save-temps=obj``, ``-print-...``).
+#: Prefixes of such options (``-save-temps=obj``, ``-print-...``), and of those by which the jobs write files
+#: besides their outputs (optimization records, statistics), which a cached job would not write again.
 _NOT_A_COMPILE_PREFIXES = ("-save-temps=", "-print-", "--print-", "-fprofile-generate", "-fprofile-instr-generate",
-                           "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl")
+                           "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl", "-fsave-optimization-record",
+                           "-foptimization-record-", "-save-stats", "-fproc-stat-report")
 #: The options that ask the driver for offload targets.
 _TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=", "--offload-targets=", "--cuda-gpu-arch=")
 #: The most response files one command may nest (as Clang's own limit, roughly).
