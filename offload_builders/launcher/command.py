@@ -39,10 +39,12 @@ _NOT_A_COMPILE = frozenset({
     "-fmodules", "-fcxx-modules", "-fembed-bitcode", "-fuse-cuid=random",
 })
 #: Prefixes of such options (``-save-temps=obj``, ``-print-...``), and of those by which the jobs write files
-#: besides their outputs (optimization records, statistics), which a cached job would not write again.
+#: besides their outputs (optimization records, statistics, split DWARF, serialized diagnostics) or the driver does
+#: (``-MJ``'s compilation database entry), which a cached job or ``-###`` would not write.
 _NOT_A_COMPILE_PREFIXES = ("-save-temps=", "-print-", "--print-", "-fprofile-generate", "-fprofile-instr-generate",
                            "-ftime-trace", "-fcrash-diagnostics", "--driver-mode=cl", "-fsave-optimization-record",
-                           "-foptimization-record-", "-save-stats", "-fproc-stat-report")
+                           "-foptimization-record-", "-save-stats", "-fproc-stat-report", "-gsplit-dwarf", "-MJ",
+                           "--serialize-diagnostics", "-serialize-diagnostics")
 #: The options that ask the driver for offload targets.
 _TARGET_PREFIXES = ("--offload-arch=", "-fopenmp-targets=", "--offload-targets=", "--cuda-gpu-arch=")
 #: The most response files one command may nest (as Clang's own limit, roughly).
