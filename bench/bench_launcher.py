@@ -207,7 +207,9 @@ def _added_target_job(job: list[str], added: str) -> bool:
 def _made_in_the_launcher(job: list[str], last: bool) -> bool:
     """The packager and the host back end that embeds the package (the last job): the launcher writes their
     outputs itself when a target is added."""
-    return last or Path(job[0]).name in ("clang-offload-packager", "llvm-offload-binary")
+    from offload_builders.launcher.in_process import PACKAGERS
+
+    return last or Path(job[0]).name in PACKAGERS
 
 
 def added_target_floor(root: Path, archs: list[str], added: str, runs: int) -> dict[str, float]:

@@ -289,9 +289,9 @@ def llvm_object_with_section(data: bytes, name: str, content: bytes) -> bytes | 
     headers = [list(layout.section.unpack_from(data, e_shoff + index * entry)) for index in range(e_shnum)]
     names_at, names_size = headers[e_shstrndx][4], headers[e_shstrndx][5]
     names = data[names_at:names_at + names_size]
-    wanted = name.encode()
+    wanted = name.encode() + b"\0"  # a name is NUL-terminated in the table: one without is no match
     chosen = [index for index in range(1, e_shnum)
-              if names[headers[index][0]:names.find(b"\0", headers[index][0])] == wanted]
+              if names[headers[index][0]:headers[index][0] + len(wanted)] == wanted]
     if len(chosen) != 1 or headers[chosen[0]][1] == SHT_NOBITS:
         return None
     replaced = chosen[0]

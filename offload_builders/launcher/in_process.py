@@ -35,6 +35,8 @@ _OFFLOADING_SECTION = ".llvm.offloading"
 def packaged_here(words: Sequence[str], output: str) -> bool:
     """Write the package the packager job ``words`` (its output already named ``output``) would write; False, with
     nothing written, where the words are not ones this follows (the tool then runs, and says what it says)."""
+    if os.path.basename(words[0]) not in PACKAGERS:
+        return False
     from offload_builders.formats.offload_binary import (
         OffloadingImage,
         kind_table,
@@ -43,8 +45,6 @@ def packaged_here(words: Sequence[str], output: str) -> bool:
         write_offload_binaries,
     )
 
-    if os.path.basename(words[0]) not in PACKAGERS:
-        return False
     specs = []
     rest = list(words[1:])
     while rest:
@@ -69,13 +69,15 @@ def packaged_here(words: Sequence[str], output: str) -> bool:
 class Embedding:
     """An embedding back-end job on a miss: where the objects it made with other packages are recorded."""
 
-    __slots__ = ("key", "package")
+    __slots__ = ("key", "package", "named")
 
-    def __init__(self, key: str, package: str) -> None:
+    def __init__(self, key: str, package: str, named: str) -> None:
         #: The job's key without its package (a file list name in the store).
         self.key = key
         #: The digest of the package this run embeds.
         self.package = package
+        #: The package as the job's words name it (the earlier job's output).
+        self.named = named
 
 
 def embedding_of(words: Sequence[str], key_parts: Sequence[str]) -> Embedding | None:
@@ -85,28 +87,25 @@ def embedding_of(words: Sequence[str], key_parts: Sequence[str]) -> Embedding | 
     if "-cc1" not in words[1:2] or "-emit-obj" not in words:
         return None
     embedded = [part for part in key_parts if part.startswith(_EMBED)]
-    if len(embedded) != 1 or sum(word.startswith(_EMBED) for word in words) != 1:
+    named = [word for word in words if word.startswith(_EMBED)]
+    if len(embedded) != 1 or len(named) != 1:
         return None
     package = embedded[0][len(_EMBED):]
     if not (package.startswith("@") and package.endswith("@")):
         return None
     parts = [_EMBED + "@package@" if part == embedded[0] else part for part in key_parts]
-    return Embedding(Key("embedding", *parts).hex(), package.strip("@"))
+    return Embedding(Key("embedding", *parts).hex(), package.strip("@"), named[0][len(_EMBED):])
 
 
-def embedded_package(words: Sequence[str]) -> str | None:
-    """The package a back-end job embeds, as its words name it."""
-    return next((word[len(_EMBED):] for word in words if word.startswith(_EMBED)), None)
-
-
-def embedded_here(store: CacheStore, embedding: Embedding, package: str, output: str) -> tuple[str, str] | None:
+def embedded_here(store: CacheStore, embedding: Embedding, package: str, output: str) -> str | None:
     """Write to ``output`` the object the job of ``embedding`` makes with the package at ``package``, from an
-    object the same job made with another package; its diagnostics and the key it was stored by. None: there is
-    none, or it is not one whose section can be replaced exactly (the job then runs)."""
+    object the same job made with another package; its diagnostics. None: there is none, or it is not one whose
+    section can be replaced exactly (the job then runs)."""
     import json
 
     from offload_builders.formats.elf import llvm_object_with_section
 
+    content: bytes | None = None
     for listed in store.file_lists(embedding.key):
         object_key, earlier = listed[0]
         if len(listed) != 1 or earlier == embedding.package:
@@ -121,16 +120,17 @@ def embedded_here(store: CacheStore, embedding: Embedding, package: str, output:
                 made = entry.read("out")
             except (OSError, KeyError, ValueError, TypeError):
                 continue
-        with open(package, "rb") as f:
-            content = f.read()
         if _section_digest(made) != earlier:
             continue
+        if content is None:
+            with open(package, "rb") as f:
+                content = f.read()
         rewritten = llvm_object_with_section(made, _OFFLOADING_SECTION, content)
         if rewritten is None:
             continue
         with open(output, "wb") as f:
             f.write(rewritten)
-        return stderr, object_key
+        return stderr
     return None
 
 

@@ -39,10 +39,8 @@ from offload_builders.job_words import (
 )
 from offload_builders.launcher.command import diagnostics_shown
 from offload_builders.launcher.in_process import (
-    PACKAGERS,
     Embedding,
     embedded_here,
-    embedded_package,
     embedding_of,
     packaged_here,
     remember_embedding,
@@ -496,14 +494,11 @@ def _made_here(job: _Job, argv: list[str], output: str, reads: Sequence[_Job], n
     """Where this process can make the job's output itself (:mod:`offload_builders.launcher.in_process`), make it
     at ``output``: the diagnostics the job would print. None: the job is to run."""
     if embedding is not None and store is not None and not _recaching():
-        embedded = embedded_package(job.words)
-        package = next((names[other.index] for other in reads if other.output == embedded), None)
+        package = next((names[other.index] for other in reads if other.output == embedding.named), None)
         if package is not None and (made := embedded_here(store, embedding, package, output)) is not None:
-            return made[0].encode(errors="surrogateescape")
+            return made.encode(errors="surrogateescape")
         return None
-    if os.path.basename(job.words[0]) in PACKAGERS and packaged_here(argv, output):
-        return b""
-    return None
+    return b"" if packaged_here(argv, output) else None
 
 
 def failure_message(compiler: str, words: Sequence[str], status: int, gpu: bool, colour: bool) -> bytes:

@@ -168,5 +168,4 @@ def content_digest(path: str) -> Digest:
     return digest
 
 
-
 __all__ = ["DIRECTORY", "MAX_ENTRIES", "FileMemo", "content_digest", "memo", "settled_before"]
